@@ -1,0 +1,38 @@
+// The `corral` configuration: a TOML file, every key overridable by a flag. load_config() reports
+// every mistake (the key and the problem), not only the first; `corral check` prints them.
+// Keys and defaults are documented in docs/config.md; keep the two in step.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/log.h"
+#include "http/admission.h"
+#include "http/server.h"
+
+namespace corral::cli {
+
+// Exit status for a configuration that cannot run; a supervisor does not respawn on it.
+constexpr int kExitBadConfig = 78;  // EX_CONFIG from sysexits.h
+
+struct Config {
+  std::string listen = "127.0.0.1:8080";
+  std::string root;  // empty: the embedded welcome site
+  core::LogLevel log_level = core::LogLevel::kInfo;
+  std::vector<std::string> allowed_hosts;
+  std::vector<std::string> relays;
+  http::ServerOptions server;
+};
+
+struct ConfigErrors {
+  std::vector<std::string> problems;  // "key: problem"
+  bool empty() const { return problems.empty(); }
+};
+
+// Reads `path` into `config` (keys not in the file keep their values).
+ConfigErrors load_config(const std::string& path, Config& config);
+// Builds the admission policy; problems go to `errors`.
+std::shared_ptr<const http::AdmissionPolicy> build_policy(const Config& config, ConfigErrors& errors);
+
+}  // namespace corral::cli

@@ -1,0 +1,97 @@
+#include "cli/sites.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/event_loop.h"
+
+namespace corral::cli {
+
+namespace {
+
+constexpr std::string_view kWelcome = R"(<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>corral</title>
+<style nonce="{nonce}">body{{font:16px/1.5 system-ui,sans-serif;max-width:42rem;margin:3rem auto;padding:0 1rem}}code{{background:#eee;padding:0 .2em}}</style>
+</head><body>
+<h1>corral is running</h1>
+<p>This is the embedded default site. Serve a directory with <code>corral serve DIR</code>,
+or write your own routes with the C++ API (see <code>examples/</code>).</p>
+<ul>
+<li><a href="/hello">/hello</a>: a 5-byte text response</li>
+<li><a href="/json">/json</a>: a JSON description</li>
+<li><a href="/users/42">/users/{{id}}</a>: a route parameter</li>
+<li><a href="/stream">/stream</a>: a chunked stream, one line every 100 ms</li>
+<li><code>POST /echo</code>: echoes the request body</li>
+</ul>
+<p id="js">JavaScript with this response's CSP nonce did not run.</p>
+<script nonce="{nonce}">document.getElementById('js').textContent='An inline script ran under this response\'s CSP nonce.';</script>
+</body></html>
+)";
+
+// Writes "tick N" every 100 ms, ten times; stops when the client goes away.
+class TickStream final : public http::StreamProducer {
+ public:
+  explicit TickStream(core::EventLoop& loop) : timer_(loop.timers(), [this] { tick(); }) {}
+  void on_start(http::StreamWriter& w) override {
+    writer_ = &w;
+    tick();
+  }
+  void on_abort() override {
+    writer_ = nullptr;
+    timer_.cancel();
+  }
+
+ private:
+  void tick() {
+    if (!writer_) return;
+    writer_->write(fmt::format("tick {}\n", n_));
+    if (++n_ == 10) {
+      auto* w = writer_;
+      writer_ = nullptr;
+      w->end();
+      return;
+    }
+    timer_.arm_after(100);
+  }
+  core::Timer timer_;
+  http::StreamWriter* writer_ = nullptr;
+  int n_ = 0;
+};
+
+}  // namespace
+
+void add_welcome_routes(http::SiteBuilder& site) {
+  site.route("GET /", [](http::Request& req) {
+    return http::Response::html(fmt::format(kWelcome, fmt::arg("nonce", req.csp_nonce())));
+  });
+  site.route("GET /hello", [](http::Request&) { return http::Response::text("hello"); });
+  site.route("GET /json", [](http::Request& req) {
+    return http::Response::json({{"server", "corral"},
+                                 {"remote", req.remote_address},
+                                 {"scheme", req.scheme},
+                                 {"principal", req.principal ? req.principal->id : ""}});
+  });
+  site.route("GET /users/{id}", [](http::Request& req) {
+    return http::Response::json({{"id", req.param("id")}});
+  });
+  site.route("POST /echo", [](http::Request& req) {
+    return http::Response::bytes(std::string(req.body),
+                                 req.header("content-type").value_or("application/octet-stream"));
+  });
+  site.route("GET /stream", [](http::Request& req) {
+    return http::Response::stream(std::make_unique<TickStream>(*req.loop),
+                                  "text/plain; charset=utf-8");
+  });
+}
+
+void add_static_routes(http::SiteBuilder& site, const std::string& root) {
+  site.route("GET /*", [root](http::Request& req) {
+    http::FileSpec spec;
+    spec.root = root;
+    spec.path = req.wildcard;
+    return http::Response::file(std::move(spec));
+  });
+}
+
+}  // namespace corral::cli

@@ -1,0 +1,14 @@
+// The sites the `corral` program serves by itself: the embedded welcome site (no DIR given) and a
+// static directory (corral serve DIR).
+#pragma once
+
+#include <string>
+
+#include "http/site.h"
+
+namespace corral::cli {
+
+void add_welcome_routes(http::SiteBuilder& site);
+void add_static_routes(http::SiteBuilder& site, const std::string& root);
+
+}  // namespace corral::cli

@@ -1,0 +1,131 @@
+#include "core/event_loop.h"
+
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <map>
+#include <stdexcept>
+
+namespace corral::core {
+
+Error errno_error(const char* what) {
+  int e = errno;
+  return Error{e, std::string(what) + ": " + strerror(e)};
+}
+
+uint64_t monotonic_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
+}
+
+class EventLoop::SignalHandler final : public IoHandler {
+ public:
+  explicit SignalHandler(EventLoop& loop) : loop_(loop) { sigemptyset(&mask_); }
+  Result<void> add(int signo, SignalCallback cb) {
+    sigaddset(&mask_, signo);
+    if (sigprocmask(SIG_BLOCK, &mask_, nullptr) < 0) return errno_error("sigprocmask");
+    int fd = signalfd(fd_.get(), &mask_, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (fd < 0) return errno_error("signalfd");
+    if (!fd_) {
+      fd_.reset(fd);
+      if (auto r = loop_.add(fd, EPOLLIN, this); !r) return r;
+    }
+    callbacks_[signo] = std::move(cb);
+    return {};
+  }
+  void on_io(uint32_t) override {
+    signalfd_siginfo info;
+    while (::read(fd_.get(), &info, sizeof info) == sizeof info) {
+      auto it = callbacks_.find(static_cast<int>(info.ssi_signo));
+      if (it != callbacks_.end()) it->second(info);
+    }
+  }
+
+ private:
+  EventLoop& loop_;
+  sigset_t mask_;
+  UniqueFd fd_;
+  std::map<int, SignalCallback> callbacks_;
+};
+
+EventLoop::EventLoop()
+    : epfd_(epoll_create1(EPOLL_CLOEXEC)),
+      now_ms_(monotonic_ms()),
+      wall_s_(time(nullptr)),
+      timers_(now_ms_),
+      events_(256) {
+  if (!epfd_) throw std::runtime_error(errno_error("epoll_create1").reason);
+}
+
+EventLoop::~EventLoop() {
+  run_deferred();
+  signals_.reset();
+}
+
+Result<void> EventLoop::add(int fd, uint32_t events, IoHandler* handler) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.ptr = handler;
+  if (epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, fd, &ev) < 0) return errno_error("epoll_ctl(ADD)");
+  return {};
+}
+
+Result<void> EventLoop::modify(int fd, uint32_t events, IoHandler* handler) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.ptr = handler;
+  if (epoll_ctl(epfd_.get(), EPOLL_CTL_MOD, fd, &ev) < 0) return errno_error("epoll_ctl(MOD)");
+  return {};
+}
+
+void EventLoop::remove(int fd) { epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, fd, nullptr); }
+
+Result<void> EventLoop::on_signal(int signo, SignalCallback cb) {
+  if (!signals_) signals_ = std::make_unique<SignalHandler>(*this);
+  return signals_->add(signo, std::move(cb));
+}
+
+void EventLoop::update_time() {
+  now_ms_ = monotonic_ms();
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+  wall_s_ = ts.tv_sec;
+}
+
+void EventLoop::run_deferred() {
+  // Deferred functions may defer more; loop until quiet.
+  while (!deferred_.empty() || !graveyard_.empty()) {
+    auto fns = std::move(deferred_);
+    deferred_.clear();
+    for (auto& fn : fns) fn();
+    auto dead = std::move(graveyard_);
+    graveyard_.clear();
+    for (auto& [p, del] : dead) del(p);
+  }
+}
+
+void EventLoop::run_once(int max_wait_ms) {
+  int64_t t = timers_.next_timeout();
+  int timeout = max_wait_ms;
+  if (t >= 0 && (timeout < 0 || t < timeout)) timeout = static_cast<int>(t);
+  if (!deferred_.empty() || !graveyard_.empty()) timeout = 0;
+  int n = epoll_wait(epfd_.get(), events_.data(), static_cast<int>(events_.size()), timeout);
+  update_time();
+  for (int i = 0; i < n; ++i) {
+    static_cast<IoHandler*>(events_[i].data.ptr)->on_io(events_[i].events);
+  }
+  if (n == static_cast<int>(events_.size()) && events_.size() < 4096) events_.resize(n * 2);
+  timers_.advance(now_ms_);
+  run_deferred();
+}
+
+void EventLoop::run() {
+  stopping_ = false;
+  while (!stopping_) run_once();
+  run_deferred();
+}
+
+}  // namespace corral::core

@@ -1,0 +1,649 @@
+#include "http/connection.h"
+
+#include <errno.h>
+#include <fmt/format.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <charconv>
+
+#include "http/server.h"
+#include "http/site.h"
+
+namespace corral::http {
+
+namespace {
+
+constexpr size_t kReadSize = 16 * 1024;
+// Output queue marks: above kHighWater a connection stops parsing pipelined requests and a stream
+// producer is told to wait; below kLowWater they go on.
+constexpr size_t kHighWater = 256 * 1024;
+constexpr size_t kLowWater = 64 * 1024;
+constexpr size_t kMaxLeadingEmptyLines = 4;
+
+bool header_safe(std::string_view s) {
+  for (char c : s)
+    if (c == '\r' || c == '\n' || c == '\0') return false;
+  return true;
+}
+
+void append_uint(core::Buffer& b, uint64_t v) {
+  char* p = b.reserve(20);
+  auto r = std::to_chars(p, p + 20, v);
+  b.commit(static_cast<size_t>(r.ptr - p));
+}
+
+void append_hex(core::Buffer& b, uint64_t v) {
+  char* p = b.reserve(16);
+  auto r = std::to_chars(p, p + 16, v, 16);
+  b.commit(static_cast<size_t>(r.ptr - p));
+}
+
+}  // namespace
+
+Connection::Connection(Server& server, core::UniqueFd fd, const core::SocketAddress& peer)
+    : server_(server),
+      loop_(server.loop()),
+      fd_(std::move(fd)),
+      peer_(peer),
+      peer_ip_(peer.ip()),
+      parser_(server.options().limits),
+      read_timer_(loop_.timers(), [this] { on_read_timer(); }),
+      write_timer_(loop_.timers(), [this] {
+        server_.log().info("write_timeout", "remote={}", peer_ip_);
+        close_now();
+      }) {}
+
+Connection::~Connection() = default;
+
+void Connection::start() {
+  interest_ = EPOLLIN | EPOLLRDHUP;
+  if (auto r = loop_.add(fd_.get(), interest_, this); !r) {
+    server_.log().error("epoll_add", "error=\"{}\"", r.error().reason);
+    close_now();
+    return;
+  }
+  // A new connection must send a request head within the header timeout.
+  arm_read_timer(ReadTimer::kHeader, server_.options().header_timeout_ms);
+}
+
+void Connection::arm_read_timer(ReadTimer kind, uint32_t ms) {
+  read_timer_kind_ = kind;
+  read_timer_.arm_after(ms);
+}
+
+void Connection::on_read_timer() {
+  if (closed_) return;
+  switch (read_timer_kind_) {
+    case ReadTimer::kHeader:
+      if (in_.empty() && phase_ == Phase::kIdle) {
+        close_now();  // nothing was sent: no response is owed
+      } else {
+        respond_error(408, "request head timeout");
+      }
+      break;
+    case ReadTimer::kBody:
+      respond_error(408, "request body timeout");
+      break;
+    case ReadTimer::kIdle:
+      close_now();
+      break;
+    case ReadTimer::kReady:
+      server_.unpark(this);
+      respond_error(503, "no site published within ready_timeout");
+      break;
+    case ReadTimer::kLinger:
+    case ReadTimer::kNone:
+      close_now();
+      break;
+  }
+}
+
+void Connection::on_io(uint32_t events) {
+  if (closed_) return;
+  if (events & EPOLLOUT) flush();
+  if (closed_) return;
+  if (events & EPOLLIN) {
+    on_readable();
+  } else if (events & (EPOLLERR | EPOLLHUP)) {
+    close_now();
+  } else if (events & EPOLLRDHUP) {
+    // The client shut down its side while we were not reading: it is gone as far as a stream is
+    // concerned; anything else already queued is still written.
+    peer_eof_ = true;
+    if (producer_) {
+      abort_stream();
+      close_now();
+      return;
+    }
+    update_interest();
+  }
+}
+
+void Connection::on_readable() {
+  if (phase_ == Phase::kLingering) {
+    char sink[4096];
+    ssize_t n = ::read(fd_.get(), sink, sizeof sink);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) close_now();
+    return;
+  }
+  ssize_t n = ::read(fd_.get(), in_.reserve(kReadSize), kReadSize);
+  if (n > 0) {
+    in_.commit(static_cast<size_t>(n));
+    process_input();
+    flush();
+    return;
+  }
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+  // EOF or error: an idle connection just ends; a response in progress is aborted.
+  peer_eof_ = true;
+  if (n < 0 || phase_ == Phase::kIdle || phase_ == Phase::kHead || phase_ == Phase::kBody ||
+      producer_) {
+    abort_stream();
+    close_now();
+    return;
+  }
+  update_interest();  // finish writing what is queued, then close (peer_eof_)
+}
+
+void Connection::process_input() {
+  if (in_process_) return;  // re-entered from a stream that ended inside on_start
+  in_process_ = true;
+  while (!closed_ && !in_.empty()) {
+    if (phase_ == Phase::kResponding || phase_ == Phase::kWaitingSite ||
+        phase_ == Phase::kLingering || close_after_write_)
+      break;
+    if (out_.size() >= kHighWater) break;  // a client that pipelines but does not read
+    if (phase_ == Phase::kIdle) {
+      // RFC 9112 §2.2: ignore a few empty lines before a request line.
+      size_t skipped = 0;
+      while (in_.size() >= 2 && in_.data()[0] == '\r' && in_.data()[1] == '\n' &&
+             skipped < kMaxLeadingEmptyLines) {
+        in_.consume(2);
+        ++skipped;
+      }
+      if (in_.empty() || (in_.size() == 1 && in_.data()[0] == '\r')) break;
+      phase_ = Phase::kHead;
+      started_ms_ = loop_.now();
+      arm_read_timer(ReadTimer::kHeader, server_.options().header_timeout_ms);
+    }
+    auto r = parser_.feed(in_.view(), req_);
+    switch (r.kind) {
+      case RequestParser::Kind::kNeedMore:
+        in_.consume(r.consumed);
+        if (phase_ == Phase::kBody)
+          arm_read_timer(ReadTimer::kBody, server_.options().body_timeout_ms);
+        in_process_ = false;
+        return;
+      case RequestParser::Kind::kHead: {
+        // The head is parsed, the body is still coming: keep the head's bytes stable (the
+        // request holds views of them) before the input buffer is reused.
+        size_t head = parser_.head_len();
+        head_copy_.assign(in_.data(), head);
+        req_.rebase(in_.data(), head, head_copy_.data());
+        in_.consume(r.consumed);
+        phase_ = Phase::kBody;
+        arm_read_timer(ReadTimer::kBody, server_.options().body_timeout_ms);
+        if (parser_.expects_continue()) out_.append("HTTP/1.1 100 Continue\r\n\r\n");
+        in_process_ = false;
+        return;
+      }
+      case RequestParser::Kind::kComplete: {
+        dispatch();
+        in_.consume(r.consumed);
+        break;
+      }
+      case RequestParser::Kind::kError:
+        respond_error(r.status, r.reason);
+        in_.clear();  // nothing after a framing error is ever parsed
+        in_process_ = false;
+        return;
+    }
+  }
+  in_process_ = false;
+}
+
+void Connection::dispatch() {
+  read_timer_.cancel();
+  read_timer_kind_ = ReadTimer::kNone;
+  ++server_.stats_.requests;
+  req_.loop = &loop_;
+  auto a = admit(req_, peer_, server_.policy());
+  if (a.status) {
+    respond_error(a.status, a.reason);
+    return;
+  }
+  if (!req_.host.empty() && admitted_host_ != req_.host) admitted_host_.assign(req_.host);
+  if (!server_.site()) {
+    phase_ = Phase::kWaitingSite;
+    // The request's views point into in_ unless its body arrived in pieces (then into
+    // head_copy_ already): keep them stable while parked, since in_ moves on.
+    size_t head = parser_.head_len();
+    if (head && in_.size() >= head && req_.target.data() >= in_.data() &&
+        req_.target.data() < in_.data() + in_.size()) {
+      head_copy_.assign(in_.data(), head);
+      req_.rebase(in_.data(), head, head_copy_.data());
+    }
+    server_.park(this);
+    arm_read_timer(ReadTimer::kReady, server_.options().ready_timeout_ms);
+    update_interest();
+    return;
+  }
+  if (site_ != server_.site()) site_ = server_.site();
+  phase_ = Phase::kResponding;
+  Response response = site_->handle(req_);
+  write_response(response);
+}
+
+void Connection::site_ready() {
+  if (closed_ || phase_ != Phase::kWaitingSite) return;
+  read_timer_.cancel();
+  site_ = server_.site();
+  phase_ = Phase::kResponding;
+  Response response = site_->handle(req_);
+  write_response(response);
+  // The parked request's bytes were left in in_; the parser consumed them before parking.
+  process_input();
+  flush();
+}
+
+void Connection::write_head(int status, const Response& r, std::string_view content_type,
+                            int64_t length, bool chunked,
+                            const std::vector<std::pair<std::string, std::string>>* extra) {
+  const auto& opt = server_.options();
+  const bool http10 = req_.version_minor == 0;
+  out_.append(http10 ? "HTTP/1.0 " : "HTTP/1.1 ");
+  append_uint(out_, static_cast<uint64_t>(status));
+  out_.append(' ');
+  out_.append(reason_phrase(status));
+  out_.append("\r\nServer: ");
+  out_.append(opt.server_name);
+  out_.append("\r\nDate: ");
+  out_.append(server_.date());
+  out_.append("\r\n");
+  if (!content_type.empty()) {
+    out_.append("Content-Type: ");
+    out_.append(content_type);
+    out_.append("\r\n");
+  }
+  if (chunked) {
+    out_.append("Transfer-Encoding: chunked\r\n");
+  } else if (length >= 0) {
+    out_.append("Content-Length: ");
+    append_uint(out_, static_cast<uint64_t>(length));
+    out_.append("\r\n");
+  }
+  if (close_after_write_) {
+    out_.append("Connection: close\r\n");
+  } else if (http10) {
+    out_.append("Connection: keep-alive\r\n");
+  }
+  out_.append("X-Content-Type-Options: nosniff\r\nReferrer-Policy: ");
+  out_.append(opt.referrer_policy);
+  out_.append("\r\n");
+  for (const auto& [k, v] : r.headers) {
+    out_.append(k);
+    out_.append(": ");
+    out_.append(v);
+    out_.append("\r\n");
+  }
+  if (extra) {
+    for (const auto& [k, v] : *extra) {
+      out_.append(k);
+      out_.append(": ");
+      out_.append(v);
+      out_.append("\r\n");
+    }
+  }
+  if (req_.has_csp_nonce() && r.is_html() && !r.find_header("content-security-policy")) {
+    auto nonce = req_.csp_nonce();
+    out_.append("Content-Security-Policy: default-src 'self'; script-src 'self' 'nonce-");
+    out_.append(nonce);
+    out_.append("'; style-src 'self' 'nonce-");
+    out_.append(nonce);
+    out_.append("'; object-src 'none'; base-uri 'self'; frame-ancestors 'self'\r\n");
+  }
+  out_.append("\r\n");
+}
+
+void Connection::write_response(Response& r) {
+  status_ = r.status;
+  head_only_ = req_.method == Method::kHead;
+  body_bytes_ = 0;
+  if (!parser_.keep_alive() || server_.closing() || peer_eof_) close_after_write_ = true;
+  // Headers a route set must not break the framing.
+  for (const auto& [k, v] : r.headers) {
+    if (k.empty() || !header_safe(k) || !header_safe(v)) {
+      server_.log().error("bad_response_header", "pattern=\"{}\" header=\"{}\"", req_.pattern,
+                          fmt::format("{:.40}", k));
+      Response err = Response::status_only(500);
+      write_response(err);
+      return;
+    }
+  }
+  if (r.is_html() && !std::holds_alternative<FileSpec>(r.body)) req_.csp_nonce();
+  const bool no_body_status = r.status == 204 || r.status == 304 || r.status < 200;
+
+  if (auto* text = std::get_if<std::string>(&r.body)) {
+    write_head(r.status, r, r.content_type(), no_body_status ? -1 : static_cast<int64_t>(text->size()),
+               false, nullptr);
+    if (!head_only_ && !no_body_status) {
+      out_.append(*text);
+      body_bytes_ = text->size();
+    }
+    finish_request();
+    return;
+  }
+  if (std::holds_alternative<std::monostate>(r.body)) {
+    write_head(r.status, r, r.content_type(), no_body_status ? -1 : 0, false, nullptr);
+    finish_request();
+    return;
+  }
+  if (auto* spec = std::get_if<FileSpec>(&r.body)) {
+    file_ = resolve_file(req_, *spec);
+    status_ = file_.status;
+    bool has_body = file_.fd.valid() && file_.content_length > 0 && !head_only_;
+    std::string_view ct = file_.content_type;
+    if (file_.status >= 400 && !file_.fd.valid()) {
+      // 403/404/416: a short text body unless the resolver gave a framing of its own.
+      auto phrase = reason_phrase(file_.status);
+      if (file_.status == 416) {
+        write_head(416, r, {}, 0, false, &file_.headers);
+      } else {
+        std::string_view plain = "text/plain; charset=utf-8";
+        write_head(file_.status, r, plain, static_cast<int64_t>(phrase.size() + 1), false,
+                   &file_.headers);
+        if (!head_only_) {
+          out_.append(phrase);
+          out_.append('\n');
+          body_bytes_ = phrase.size() + 1;
+        }
+      }
+      file_ = ResolvedFile{};
+      finish_request();
+      return;
+    }
+    write_head(file_.status, r, ct, file_.status == 304 ? -1 : static_cast<int64_t>(file_.content_length),
+               false, &file_.headers);
+    if (!has_body) {
+      file_ = ResolvedFile{};
+      finish_request();
+      return;
+    }
+    file_active_ = true;
+    file_part_ = 0;
+    if (file_.parts.empty()) {
+      ByteRange whole{0, file_.size ? file_.size - 1 : 0};
+      ByteRange range = file_.ranges.empty() ? whole : file_.ranges.front();
+      file_offset_ = range.first;
+      file_left_ = range.last - range.first + 1;
+    } else {
+      out_.append(file_.parts[0].head);
+      file_offset_ = file_.parts[0].range.first;
+      file_left_ = file_.parts[0].range.last - file_.parts[0].range.first + 1;
+    }
+    log_method_.assign(req_.method_name);
+    log_target_.assign(req_.target);
+    return;  // flush() sends the file; finish_request() follows
+  }
+  auto& stream = std::get<StreamBody>(r.body);
+  stream_chunked_ = !stream.length && req_.version_minor >= 1;
+  if (!stream.length && req_.version_minor == 0) close_after_write_ = true;  // close-delimited
+  write_head(r.status, r, r.content_type(), stream.length ? static_cast<int64_t>(*stream.length) : -1,
+             stream_chunked_ && !head_only_, nullptr);
+  if (head_only_ || no_body_status) {
+    finish_request();
+    return;
+  }
+  log_method_.assign(req_.method_name);
+  log_target_.assign(req_.target);
+  producer_ = std::move(stream.producer);
+  stream_ended_ = false;
+  stream_wants_writable_ = false;
+  if (!producer_) {
+    end();
+    return;
+  }
+  producer_->on_start(*this);
+}
+
+bool Connection::write(std::string_view data) {
+  if (closed_ || stream_ended_ || data.empty()) return !closed_;
+  if (stream_chunked_) {
+    append_hex(out_, data.size());
+    out_.append("\r\n");
+    out_.append(data);
+    out_.append("\r\n");
+  } else {
+    out_.append(data);
+  }
+  body_bytes_ += data.size();
+  if (!flush_scheduled_) {
+    flush_scheduled_ = true;
+    loop_.defer([this] {
+      flush_scheduled_ = false;
+      if (!closed_) flush();
+    });
+  }
+  if (out_.size() >= kHighWater) {
+    stream_wants_writable_ = true;
+    return false;
+  }
+  return true;
+}
+
+void Connection::end() {
+  if (closed_ || stream_ended_) return;
+  stream_ended_ = true;
+  if (stream_chunked_) out_.append("0\r\n\r\n");
+  if (producer_) loop_.destroy_later(std::move(producer_));
+  finish_request();
+  if (!flush_scheduled_) {
+    flush_scheduled_ = true;
+    loop_.defer([this] {
+      flush_scheduled_ = false;
+      if (closed_) return;
+      flush();
+      process_input();
+      flush();
+    });
+  }
+}
+
+void Connection::abort_stream() {
+  if (!producer_) return;
+  auto p = std::move(producer_);
+  p->on_abort();
+  loop_.destroy_later(std::move(p));
+}
+
+void Connection::access_log(int status, uint64_t bytes) {
+  if (!server_.options().access_log) return;
+  std::string_view method = log_method_.empty() ? req_.method_name : log_method_;
+  std::string_view target = log_target_.empty() ? req_.target : log_target_;
+  if (target.size() > 2048) target = target.substr(0, 2048);
+  auto& b = server_.log().buffered();
+  size_t cap = 160 + method.size() + target.size() + peer_ip_.size();
+  char* p = b.reserve(cap);
+  auto r = fmt::format_to_n(p, cap, "{} info access remote={} method={} target={} status={} bytes={} ms={}",
+                            server_.log_time(), peer_ip_, method.empty() ? "-" : method,
+                            target.empty() ? "-" : target, status, bytes, loop_.now() - started_ms_);
+  b.commit(std::min(r.size, cap));
+  server_.log().end_buffered_line();
+}
+
+void Connection::finish_request() {
+  access_log(status_, body_bytes_);
+  log_method_.clear();
+  log_target_.clear();
+  parser_.next_request();
+  req_.reset();
+  phase_ = Phase::kIdle;
+}
+
+void Connection::respond_error(int status, std::string_view reason) {
+  ++server_.stats_.errors;
+  server_.log().info("request_refused", "remote={} status={} reason=\"{}\"", peer_ip_, status, reason);
+  abort_stream();
+  file_active_ = false;
+  close_after_write_ = true;
+  status_ = status;
+  Response r = Response::status_only(status);
+  auto& body = std::get<std::string>(r.body);
+  write_head(status, r, r.content_type(), static_cast<int64_t>(body.size()), false, nullptr);
+  out_.append(body);
+  body_bytes_ = body.size();
+  finish_request();
+  phase_ = Phase::kIdle;
+  flush();
+}
+
+bool Connection::send_file_data() {
+  while (file_active_) {
+    if (file_left_ == 0) {
+      if (!file_.parts.empty() && ++file_part_ < file_.parts.size()) {
+        out_.append(file_.parts[file_part_].head);
+        file_offset_ = file_.parts[file_part_].range.first;
+        file_left_ = file_.parts[file_part_].range.last - file_offset_ + 1;
+        return true;  // write the part head first
+      }
+      if (!file_.parts.empty()) out_.append(file_.tail);
+      file_active_ = false;
+      body_bytes_ = file_.content_length;
+      status_ = file_.status;
+      file_ = ResolvedFile{};
+      finish_request();
+      return true;
+    }
+    off_t off = static_cast<off_t>(file_offset_);
+    size_t chunk = file_left_ > (1u << 20) ? (1u << 20) : static_cast<size_t>(file_left_);
+    ssize_t n = ::sendfile(fd_.get(), file_.fd.get(), &off, chunk);
+    if (n > 0) {
+      file_offset_ += static_cast<uint64_t>(n);
+      file_left_ -= static_cast<uint64_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EAGAIN) return false;
+    if (n < 0 && errno == EINTR) continue;
+    // The file shrank under us or the socket failed: the framing is broken, close.
+    server_.log().warn("sendfile_failed", "remote={} error=\"{}\"", peer_ip_,
+                       n == 0 ? "file truncated" : strerror(errno));
+    close_now();
+    return false;
+  }
+  return true;
+}
+
+void Connection::flush() {
+  if (closed_) return;
+  for (;;) {
+    while (!out_.empty()) {
+      ssize_t n = ::send(fd_.get(), out_.data(), out_.size(), MSG_NOSIGNAL);
+      if (n > 0) {
+        out_.consume(static_cast<size_t>(n));
+        write_timer_.cancel();
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN) break;
+      abort_stream();
+      close_now();
+      return;
+    }
+    if (!out_.empty() || !file_active_) break;
+    if (!send_file_data()) break;
+    if (closed_) return;
+  }
+  if (closed_) return;
+  if (!out_.empty() || file_active_) {
+    if (!write_timer_.armed()) write_timer_.arm_after(server_.options().write_timeout_ms);
+  } else {
+    write_timer_.cancel();
+    if (producer_ && stream_wants_writable_) {
+      stream_wants_writable_ = false;
+      producer_->on_writable(*this);
+      if (closed_) return;
+    }
+  }
+  if (out_.empty() && !file_active_ && !producer_ && phase_ == Phase::kIdle) {
+    if (close_after_write_ || (peer_eof_ && in_.empty())) {
+      start_linger();
+      return;
+    }
+    if (out_.size() < kLowWater && !in_.empty() && !in_process_) {
+      process_input();  // pipelined requests held back by the output queue
+      if (!out_.empty()) {
+        flush();
+        return;
+      }
+    }
+    if (in_.empty() && read_timer_kind_ != ReadTimer::kIdle) {
+      arm_read_timer(ReadTimer::kIdle, server_.options().keepalive_timeout_ms);
+      if (out_.capacity() > 1024 * 1024) out_.release();
+    }
+  }
+  update_interest();
+}
+
+void Connection::update_interest() {
+  if (closed_) return;
+  uint32_t want = 0;
+  bool busy = phase_ == Phase::kResponding || phase_ == Phase::kWaitingSite;
+  if (phase_ == Phase::kLingering || (!peer_eof_ && !busy && !close_after_write_ && out_.size() < kHighWater))
+    want |= EPOLLIN;
+  if (!peer_eof_) want |= EPOLLRDHUP;
+  if (!out_.empty() || file_active_) want |= EPOLLOUT;
+  if (want != interest_) {
+    interest_ = want;
+    (void)loop_.modify(fd_.get(), want, this);
+  }
+}
+
+void Connection::start_linger() {
+  if (phase_ == Phase::kLingering) return;
+  // Half-close and drain what the client still sends, so our last response is not destroyed by
+  // a reset; then close after a short time.
+  phase_ = Phase::kLingering;
+  ::shutdown(fd_.get(), SHUT_WR);
+  if (peer_eof_) {
+    close_now();
+    return;
+  }
+  arm_read_timer(ReadTimer::kLinger, server_.options().linger_timeout_ms);
+  update_interest();
+}
+
+void Connection::begin_close() {
+  if (closed_) return;
+  close_after_write_ = true;
+  if (phase_ == Phase::kIdle && out_.empty() && !file_active_ && !producer_) {
+    if (in_.empty()) {
+      close_now();
+    } else {
+      start_linger();
+    }
+  }
+}
+
+void Connection::policy_changed() {
+  if (closed_ || admitted_host_.empty()) return;
+  if (still_admitted(admitted_host_, server_.policy())) return;
+  server_.log().info("connection_revoked", "remote={} host=\"{}\"", peer_ip_, admitted_host_);
+  begin_close();
+}
+
+void Connection::close_now() {
+  if (closed_) return;
+  closed_ = true;
+  abort_stream();
+  read_timer_.cancel();
+  write_timer_.cancel();
+  if (fd_) {
+    loop_.remove(fd_.get());
+    fd_.reset();
+  }
+  server_.connection_closed(this);
+}
+
+}  // namespace corral::http

@@ -1,0 +1,119 @@
+// Connection: one HTTP/1.1 client connection. It only admits, parses and writes: the request goes
+// through the parser, the admission baseline and the Site; the Response description comes back and
+// is turned into bytes here.
+//
+// Syscalls per request on the keep-alive path: one read() for every request that fit in it and
+// one write() for all their responses (pipelined responses are batched into one buffer). Files go
+// out with sendfile(); streams are chunked when their length is unknown and pull more data only
+// when the output queue is below its low-water mark.
+//
+// Lifetime: owned by the Server (intrusive list); destroyed through EventLoop::destroy_later
+// after close_now(), so an event already queued for it finds live memory and a closed flag.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/buffer.h"
+#include "core/event_loop.h"
+#include "core/socket.h"
+#include "core/timer_wheel.h"
+#include "core/unique_fd.h"
+#include "http/file_response.h"
+#include "http/parser.h"
+#include "http/request.h"
+#include "http/response.h"
+
+namespace corral::http {
+
+class Server;
+class Site;
+
+class Connection final : public core::IoHandler, private StreamWriter {
+ public:
+  Connection(Server& server, core::UniqueFd fd, const core::SocketAddress& peer);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  void start();
+  void on_io(uint32_t events) override;
+  // Graceful close: idle -> closed now; busy -> closed after the current response.
+  void begin_close();
+  void close_now();
+  // The site was published while this connection waited for it.
+  void site_ready();
+  // The admission policy changed: close if this connection's host is no longer allowed.
+  void policy_changed();
+  bool closed() const { return closed_; }
+
+  Connection* prev_ = nullptr;  // Server's intrusive list
+  Connection* next_ = nullptr;
+
+ private:
+  enum class Phase { kIdle, kHead, kBody, kWaitingSite, kResponding, kLingering };
+  enum class ReadTimer { kNone, kHeader, kBody, kIdle, kReady, kLinger };
+
+  void on_readable();
+  void process_input();
+  void dispatch();
+  void write_response(Response& response);
+  void write_head(int status, const Response& r, std::string_view content_type, int64_t length,
+                  bool chunked, const std::vector<std::pair<std::string, std::string>>* extra);
+  void respond_error(int status, std::string_view reason);
+  void finish_request();
+  void flush();
+  bool send_file_data();
+  void update_interest();
+  void arm_read_timer(ReadTimer kind, uint32_t ms);
+  void on_read_timer();
+  void start_linger();
+  void access_log(int status, uint64_t bytes);
+  void abort_stream();
+  // StreamWriter
+  bool write(std::string_view data) override;
+  void end() override;
+  size_t buffered() const override { return out_.size(); }
+
+  Server& server_;
+  core::EventLoop& loop_;
+  core::UniqueFd fd_;
+  core::SocketAddress peer_;
+  std::string peer_ip_;
+  core::Buffer in_;
+  core::Buffer out_;
+  std::string head_copy_;
+  RequestParser parser_;
+  Request req_;
+  core::Timer read_timer_;
+  core::Timer write_timer_;
+  ReadTimer read_timer_kind_ = ReadTimer::kNone;
+  Phase phase_ = Phase::kIdle;
+  uint32_t interest_ = 0;
+  bool closed_ = false;
+  bool close_after_write_ = false;
+  bool peer_eof_ = false;
+  bool flush_scheduled_ = false;
+  bool in_process_ = false;
+  std::shared_ptr<const Site> site_;  // the site of the request in flight
+  std::string admitted_host_;
+
+  // The response in progress (files and streams).
+  ResolvedFile file_;
+  size_t file_part_ = 0;        // multipart: the part being sent
+  uint64_t file_offset_ = 0;    // next byte of the current range
+  uint64_t file_left_ = 0;      // bytes left in the current range
+  bool file_active_ = false;
+  std::unique_ptr<StreamProducer> producer_;
+  bool stream_chunked_ = false;
+  bool stream_ended_ = false;
+  bool stream_wants_writable_ = false;
+  bool head_only_ = false;      // HEAD: no body bytes
+  uint64_t body_bytes_ = 0;     // for the access log
+  int status_ = 0;
+  uint64_t started_ms_ = 0;
+  std::string log_method_;      // copies for the access log of an asynchronous response
+  std::string log_target_;
+};
+
+}  // namespace corral::http

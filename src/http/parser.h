@@ -1,0 +1,119 @@
+// The HTTP/1.1 request parser: sans-IO glue around llhttp (Debian's node-llhttp) plus our own strict
+// scan of the request head (RFC 9112). Bytes in, one request at a time out; no sockets, no timers.
+//
+// Why a scan of our own before llhttp: llhttp tolerates some forms RFC 9112 lets a server refuse and
+// that smuggling relies on (bare LF line ends, obs-fold), and it delivers header spans piecemeal when
+// a head arrives in pieces. The scanner refuses those forms with the exact status, enforces the
+// request-line, head-size and header-count limits as bytes arrive (so a slow or huge head is cut at
+// the limit, not buffered), and hands llhttp only complete heads: every view llhttp reports then
+// points into one contiguous buffer and the Request holds views, not copies.
+//
+// A framing error ends the connection: after kError the caller answers `status` and closes; no byte
+// after the error is ever parsed as a request.
+#pragma once
+
+#include <llhttp.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "core/buffer.h"
+#include "http/request.h"
+
+namespace corral::http {
+
+struct ParserLimits {
+  size_t max_request_line = 8 * 1024;   // 414 above
+  size_t max_head_bytes = 32 * 1024;    // request line + headers; 431 above
+  size_t max_headers = 100;             // 431 above
+  uint64_t max_body = 8 * 1024 * 1024;  // 413 above
+};
+
+// Incremental strict scanner of one request head; remembers where it stopped.
+class HeadScanner {
+ public:
+  enum class State { kNeedMore, kComplete, kError };
+  struct Outcome {
+    State state = State::kNeedMore;
+    int status = 0;              // with kError: 400, 414, 431
+    std::string_view reason;     // with kError: static text for the log
+    size_t head_len = 0;         // with kComplete: bytes up to and including the empty line
+  };
+  // `data` is every byte of this request received so far (it grows between calls).
+  Outcome scan(std::string_view data, const ParserLimits& limits);
+  void reset() { *this = HeadScanner(); }
+
+ private:
+  Outcome fail(int status, std::string_view reason) {
+    return {State::kError, status, reason, 0};
+  }
+  size_t pos_ = 0;         // next byte to look at
+  size_t line_start_ = 0;  // start of the current line
+  size_t colon_ = 0;       // position of the current header line's colon, 0 if none yet
+  size_t headers_ = 0;
+  bool request_line_ = true;
+};
+
+class RequestParser {
+ public:
+  enum class Kind {
+    kNeedMore,  // all input consumed (or held back); read more
+    kHead,      // the head is parsed into the request; the body (if any) follows
+    kComplete,  // a whole request: req.body is set
+    kError,     // answer `status` and close
+  };
+  struct Result {
+    Kind kind = Kind::kNeedMore;
+    size_t consumed = 0;  // bytes of the input consumed by this call
+    int status = 0;
+    std::string_view reason;
+  };
+
+  explicit RequestParser(const ParserLimits& limits);
+  RequestParser(const RequestParser&) = delete;
+  RequestParser& operator=(const RequestParser&) = delete;
+
+  // Parses from `data` (input not yet consumed) into `req`. Call again after kHead to continue into
+  // the body, and after kComplete (once the request is answered) with next_request() first.
+  Result feed(std::string_view data, Request& req);
+  // Prepares for the next request on the same connection.
+  void next_request();
+
+  bool head_done() const { return head_done_; }
+  bool keep_alive() const { return llhttp_should_keep_alive(&parser_) != 0; }
+  bool expects_continue() const { return expect_continue_; }
+  uint64_t content_length() const { return parser_.content_length; }
+  bool has_body() const;
+  // The body bytes received so far (owned by the parser, reused across requests).
+  std::string_view body() const { return body_.view(); }
+  size_t head_len() const { return head_len_; }
+  void set_limits(const ParserLimits& limits) { limits_ = limits; }
+
+ private:
+  static int on_method(llhttp_t*, const char*, size_t);
+  static int on_url(llhttp_t*, const char*, size_t);
+  static int on_header_field(llhttp_t*, const char*, size_t);
+  static int on_header_value(llhttp_t*, const char*, size_t);
+  static int on_headers_complete(llhttp_t*);
+  static int on_body(llhttp_t*, const char*, size_t);
+  static int on_message_complete(llhttp_t*);
+  Result error_from_llhttp(llhttp_errno_t err, std::string_view data);
+  int check_head();
+
+  ParserLimits limits_;
+  llhttp_settings_t settings_;
+  llhttp_t parser_;
+  HeadScanner scanner_;
+  core::Buffer body_;
+  Request* req_ = nullptr;
+  std::string_view pending_field_;
+  size_t head_len_ = 0;
+  bool head_done_ = false;
+  bool complete_ = false;
+  bool expect_continue_ = false;
+  int cb_status_ = 0;
+  std::string_view cb_reason_;
+};
+
+}  // namespace corral::http

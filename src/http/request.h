@@ -1,0 +1,117 @@
+// Request: what a route sees. The connection parses a request head into views of its own input
+// buffer (no copy, no allocation on the common path); the views live until the response to this
+// request has been produced. Fields set by later stages are marked: admission (remote address,
+// scheme, host), dispatch (params, principal, pattern). Reused per connection: reset() keeps the
+// capacity of every vector and string.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace corral::core {
+class EventLoop;
+}
+
+namespace corral::http {
+
+enum class Method : uint8_t {
+  kGet,
+  kHead,
+  kPost,
+  kPut,
+  kDelete,
+  kPatch,
+  kOptions,
+  kTrace,
+  kTrack,
+  kConnect,
+  kOther,
+};
+std::string_view method_name(Method m);
+Method parse_method(std::string_view name);
+
+bool iequals(std::string_view a, std::string_view b);
+
+struct Header {
+  std::string_view name;
+  std::string_view value;
+};
+
+class Headers {
+ public:
+  void add(std::string_view name, std::string_view value) { list_.push_back({name, value}); }
+  // The first value of `name` (case-insensitive), if any.
+  std::optional<std::string_view> get(std::string_view name) const;
+  size_t count(std::string_view name) const;
+  size_t size() const { return list_.size(); }
+  bool empty() const { return list_.empty(); }
+  void clear() { list_.clear(); }
+  auto begin() const { return list_.begin(); }
+  auto end() const { return list_.end(); }
+  std::vector<Header>& list() { return list_; }
+
+ private:
+  std::vector<Header> list_;
+};
+
+struct Param {
+  std::string_view name;  // points into the route pattern (lives as long as the router)
+  std::string value;      // percent-decoded
+};
+
+// Who is making the request, as an authenticator decided. Anonymous requests have none.
+struct Principal {
+  std::string id;
+  std::map<std::string, std::string> attributes;
+};
+
+struct Request {
+  Method method = Method::kGet;
+  std::string_view method_name;
+  std::string_view target;  // as received, origin-form "/path?query"
+  std::string_view path;    // raw path (still percent-encoded), the target before '?'
+  std::string_view query;   // after '?', without it; empty if none
+  uint8_t version_major = 1;
+  uint8_t version_minor = 1;
+  Headers headers;
+  std::string_view body;  // the whole request body (bounded by the body limit)
+
+  // Admission.
+  std::string_view host;          // the Host header's value (or :authority), validated
+  std::string remote_address;     // the peer's IP, or the client's IP a relay forwarded
+  std::string_view scheme = "http";
+
+  // Dispatch.
+  std::string_view pattern;       // the matched route's pattern, "" if none matched
+  std::vector<Param> params;      // from {name} segments, decoded
+  std::string wildcard;           // what '*' matched, decoded per segment ("a/b%2Fc" -> "a/b/c" is
+                                  // never produced: a decoded "/" inside a segment is refused)
+  std::optional<Principal> principal;
+
+  // The event loop serving this request, for routes that produce a response asynchronously
+  // (streams); null when the core function is called without a server.
+  core::EventLoop* loop = nullptr;
+
+  // The Content-Security-Policy nonce of this response, generated on first use. An HTML response
+  // carries it in its CSP header; a route that renders inline scripts reads it here.
+  std::string_view csp_nonce();
+  bool has_csp_nonce() const { return nonce_len_ != 0; }
+
+  std::string_view param(std::string_view name) const;
+  std::optional<std::string_view> header(std::string_view name) const { return headers.get(name); }
+  bool keep_alive_default() const { return version_minor >= 1; }
+
+  void reset();
+  // Moves every view that points into [old_base, old_base+len) to the same offset in new_base.
+  void rebase(const char* old_base, size_t len, const char* new_base);
+
+ private:
+  char nonce_[24];
+  uint8_t nonce_len_ = 0;
+};
+
+}  // namespace corral::http

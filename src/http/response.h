@@ -1,0 +1,120 @@
+// Response: a *description* of what to send, returned by a route. The connection (or the HTTP/3
+// stream, later) turns it into bytes: it adds the framing, the default headers, and resolves files
+// against the request's conditional and Range headers. Descriptions are plain values: a route can
+// build one without a socket, and tests compare them directly.
+//
+// Kinds: text, html, json, bytes, redirect, status, file (see file_response.h), stream (a producer
+// that writes when the connection can take more).
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace corral::http {
+
+// What a route asks to serve from disk.
+struct FileSpec {
+  // With a root: `path` is relative to it (usually what a "/static/*" route's wildcard matched), and
+  // nothing outside the root is ever served ("..", symlinks leading out, NUL). Without a root:
+  // `path` is an absolute path the application chose.
+  std::string root;
+  std::string path;
+  std::string download_name;  // non-empty: Content-Disposition: attachment with this name
+  std::string content_type;   // empty: by extension
+  bool directory_index = true;  // a directory serves its index.html
+  uint32_t max_age = 0;         // Cache-Control max-age seconds, 0: no Cache-Control header
+};
+
+// The connection's side of a stream, handed to the producer. Valid from on_start until on_abort
+// or until end() returns.
+class StreamWriter {
+ public:
+  // Queues data; returns false once the queued bytes pass the high-water mark: stop writing and
+  // wait for on_writable. Data written after that is still queued (never dropped).
+  virtual bool write(std::string_view data) = 0;
+  virtual void end() = 0;
+  virtual size_t buffered() const = 0;
+
+ protected:
+  ~StreamWriter() = default;
+};
+
+class StreamProducer {
+ public:
+  virtual ~StreamProducer() = default;
+  // The response head is out; write the first data (or arrange to, asynchronously).
+  virtual void on_start(StreamWriter& w) = 0;
+  // The queue drained below the low-water mark after a write() returned false.
+  virtual void on_writable(StreamWriter& w) { (void)w; }
+  // The client went away or the server is closing: stop producing; the writer is gone.
+  virtual void on_abort() {}
+};
+
+struct StreamBody {
+  std::unique_ptr<StreamProducer> producer;
+  std::optional<uint64_t> length;  // known: Content-Length; unknown: chunked (HTTP/1.1)
+};
+
+class Response {
+ public:
+  using HeaderList = std::vector<std::pair<std::string, std::string>>;
+  using Body = std::variant<std::monostate, std::string, FileSpec, StreamBody>;
+
+  Response() = default;
+  Response(Response&&) = default;
+  Response& operator=(Response&&) = default;
+
+  static Response text(std::string body, int status = 200);
+  static Response html(std::string body, int status = 200);
+  static Response json(const nlohmann::json& value, int status = 200);
+  static Response bytes(std::string data, std::string_view content_type = "application/octet-stream",
+                        int status = 200);
+  static Response redirect(std::string location, int status = 302);
+  // A bare status; 4xx/5xx carry their reason phrase as a short text body.
+  static Response status_only(int status);
+  static Response file(FileSpec spec);
+  static Response stream(std::unique_ptr<StreamProducer> producer,
+                         std::string_view content_type = "application/octet-stream",
+                         std::optional<uint64_t> length = std::nullopt);
+
+  Response& header(std::string name, std::string value) {
+    headers.emplace_back(std::move(name), std::move(value));
+    return *this;
+  }
+  // A static content type (a literal or a string that outlives the response) costs no copy.
+  Response& set_content_type_static(std::string_view type) {
+    content_type_ = type;
+    content_type_owned_.clear();
+    return *this;
+  }
+  Response& set_content_type(std::string type) {
+    content_type_owned_ = std::move(type);
+    content_type_ = {};
+    return *this;
+  }
+  std::string_view content_type() const {
+    return content_type_owned_.empty() ? content_type_ : std::string_view(content_type_owned_);
+  }
+  std::optional<std::string_view> find_header(std::string_view name) const;
+  bool is_html() const;
+
+  int status = 200;
+  HeaderList headers;
+  Body body;
+
+ private:
+  std::string_view content_type_;
+  std::string content_type_owned_;
+};
+
+std::string_view reason_phrase(int status);
+
+}  // namespace corral::http

@@ -1,0 +1,55 @@
+#include "http/runner.h"
+
+#include <signal.h>
+
+namespace corral::http {
+
+int run_server(core::Logger& log, const RunOptions& options, std::shared_ptr<const Site> site) {
+  signal(SIGPIPE, SIG_IGN);
+  core::EventLoop loop;
+  Server server(loop, log, options.server);
+  if (options.policy) server.set_policy(options.policy);
+  std::vector<core::SocketAddress> bound;
+  for (const auto& addr : options.listen) {
+    auto r = server.listen(addr);
+    if (!r) {
+      log.error("listen_failed", "address={} error=\"{}\"", addr.to_string(), r.error().reason);
+      return 1;
+    }
+    bound.push_back(r.value());
+    log.info("listening", "address={}", r->to_string());
+  }
+  if (options.on_listening) options.on_listening(server, bound);
+  server.publish(std::move(site));
+
+  auto shutdown = [&](const signalfd_siginfo& si) {
+    if (server.closing()) {
+      log.info("shutdown_forced", "signal={}", si.ssi_signo);
+      loop.stop();
+      return;
+    }
+    log.info("shutdown", "signal={} connections={}", si.ssi_signo, server.stats().active);
+    server.close([&] { loop.stop(); });
+  };
+  (void)loop.on_signal(SIGTERM, shutdown);
+  (void)loop.on_signal(SIGINT, shutdown);
+  (void)loop.on_signal(SIGHUP, [&](const signalfd_siginfo&) {
+    if (!options.on_reload) return;
+    if (auto p = options.on_reload()) {
+      server.set_policy(std::move(p));
+      log.info("reloaded", "what=admission_policy");
+    }
+  });
+  core::Timer log_flush(loop.timers(), nullptr);
+  log_flush.bind(loop.timers(), [&] {
+    log.flush();
+    log_flush.arm_after(200);
+  });
+  log_flush.arm_after(200);
+  loop.run();
+  log.info("stopped", "requests={}", server.stats().requests);
+  log.flush();
+  return 0;
+}
+
+}  // namespace corral::http

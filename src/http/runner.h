@@ -1,0 +1,29 @@
+// run_server: the whole single-process server in one call, for the `corral` program and for
+// embedding applications: an event loop, the listeners, the Site, SIGTERM/SIGINT for a graceful
+// close and SIGHUP for a reload hook. Returns the process exit status (0 after a graceful close).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/log.h"
+#include "core/socket.h"
+#include "http/server.h"
+#include "http/site.h"
+
+namespace corral::http {
+
+struct RunOptions {
+  std::vector<core::SocketAddress> listen;
+  ServerOptions server;
+  std::shared_ptr<const AdmissionPolicy> policy;
+  // Called once every listener is bound (tests read the ports from here).
+  std::function<void(Server&, const std::vector<core::SocketAddress>&)> on_listening;
+  // SIGHUP: return a new policy to apply (or null to keep the current one).
+  std::function<std::shared_ptr<const AdmissionPolicy>()> on_reload;
+};
+
+int run_server(core::Logger& log, const RunOptions& options, std::shared_ptr<const Site> site);
+
+}  // namespace corral::http

@@ -1,0 +1,169 @@
+#include "http/server.h"
+
+#include <errno.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include "http/connection.h"
+
+namespace corral::http {
+
+namespace {
+constexpr int kAcceptBatch = 64;  // per wakeup, so one busy listener cannot starve connections
+constexpr char kBusyResponse[] =
+    "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+}  // namespace
+
+class Server::Listener final : public core::IoHandler {
+ public:
+  Listener(Server& server, core::UniqueFd fd) : server_(server), fd_(std::move(fd)) {}
+  void on_io(uint32_t) override { server_.on_accept(fd_.get()); }
+  int fd() const { return fd_.get(); }
+
+ private:
+  Server& server_;
+  core::UniqueFd fd_;
+};
+
+Server::Server(core::EventLoop& loop, core::Logger& log, ServerOptions options)
+    : loop_(loop),
+      log_(log),
+      options_(std::move(options)),
+      policy_(std::make_shared<AdmissionPolicy>()),
+      close_timer_(loop.timers(),
+                   [this] {
+                     log_.info("close_timeout", "connections={}", stats_.active);
+                     while (head_) head_->close_now();
+                   }),
+      accept_pause_(loop.timers(), [this] { resume_accepting(); }) {}
+
+Server::~Server() {
+  while (head_) head_->close_now();
+  loop_.defer([] {});  // destroyed connections are freed by the loop's graveyard
+}
+
+core::Result<core::SocketAddress> Server::listen(const core::SocketAddress& addr, bool reuse_port) {
+  auto fd = core::listen_tcp(addr, {.backlog = 4096, .reuse_port = reuse_port});
+  if (!fd) return fd.error();
+  auto local = core::local_address(fd->get());
+  if (!local) return local.error();
+  if (auto r = adopt_listener(std::move(fd.value())); !r) return r.error();
+  return local;
+}
+
+core::Result<void> Server::adopt_listener(core::UniqueFd fd) {
+  auto l = std::make_unique<Listener>(*this, std::move(fd));
+  if (auto r = loop_.add(l->fd(), EPOLLIN, l.get()); !r) return r;
+  listeners_.push_back(std::move(l));
+  return {};
+}
+
+void Server::publish(std::shared_ptr<const Site> site) {
+  site_ = std::move(site);
+  auto waiting = std::move(parked_);
+  parked_.clear();
+  for (Connection* c : waiting) c->site_ready();
+}
+
+void Server::unpark(Connection* c) { std::erase(parked_, c); }
+
+void Server::set_policy(std::shared_ptr<const AdmissionPolicy> policy) {
+  policy_ = std::move(policy);
+  for (Connection* c = head_; c;) {
+    Connection* next = c->next_;
+    c->policy_changed();
+    c = next;
+  }
+}
+
+std::string_view Server::date() { return date_.get(loop_.wall_seconds()); }
+
+std::string_view Server::log_time() {
+  if (loop_.wall_seconds() != log_time_s_) {
+    log_time_s_ = loop_.wall_seconds();
+    core::format_iso8601(log_time_s_, log_time_);
+  }
+  return log_time_;
+}
+
+void Server::on_accept(int listen_fd) {
+  for (int i = 0; i < kAcceptBatch; ++i) {
+    core::SocketAddress peer;
+    peer.len = sizeof peer.storage;
+    int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&peer.storage), &peer.len,
+                       SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) return;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // Out of descriptors: stop accepting for a moment instead of spinning on the listener.
+        log_.error("accept_failed", "error=\"{}\" pause_ms=100", strerror(errno));
+        for (auto& l : listeners_) loop_.remove(l->fd());
+        accept_pause_.arm_after(100);
+        return;
+      }
+      log_.error("accept_failed", "error=\"{}\"", strerror(errno));
+      return;
+    }
+    ++stats_.accepted;
+    if (stats_.active >= options_.max_connections || closing_) {
+      // Refuse without touching the connections already served: a canned answer, then close.
+      ++stats_.refused;
+      [[maybe_unused]] ssize_t w = ::send(fd, kBusyResponse, sizeof kBusyResponse - 1, MSG_NOSIGNAL);
+      ::close(fd);
+      if (stats_.refused % 1000 == 1)
+        log_.warn("connection_refused", "reason=max_connections limit={} refused_total={}",
+                  options_.max_connections, stats_.refused);
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    auto* c = new Connection(*this, core::UniqueFd(fd), peer);
+    c->next_ = head_;
+    if (head_) head_->prev_ = c;
+    head_ = c;
+    ++stats_.active;
+    c->start();
+  }
+}
+
+void Server::resume_accepting() {
+  for (auto& l : listeners_) (void)loop_.add(l->fd(), EPOLLIN, l.get());
+}
+
+void Server::connection_closed(Connection* c) {
+  if (c->prev_) c->prev_->next_ = c->next_;
+  if (c->next_) c->next_->prev_ = c->prev_;
+  if (head_ == c) head_ = c->next_;
+  c->prev_ = c->next_ = nullptr;
+  unpark(c);
+  --stats_.active;
+  loop_.destroy_later(std::unique_ptr<Connection>(c));
+  if (closing_) maybe_finish_close();
+}
+
+void Server::close(std::function<void()> done) {
+  if (closing_) return;
+  closing_ = true;
+  close_done_ = std::move(done);
+  accept_pause_.cancel();
+  for (auto& l : listeners_) loop_.remove(l->fd());
+  listeners_.clear();
+  for (Connection* c = head_; c;) {
+    Connection* next = c->next_;
+    c->begin_close();
+    c = next;
+  }
+  if (head_) close_timer_.arm_after(options_.close_timeout_ms);
+  maybe_finish_close();
+}
+
+void Server::maybe_finish_close() {
+  if (!closing_ || head_ || !close_done_) return;
+  close_timer_.cancel();
+  log_.flush();
+  auto done = std::move(close_done_);
+  close_done_ = nullptr;
+  loop_.defer(std::move(done));
+}
+
+}  // namespace corral::http

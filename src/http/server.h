@@ -1,0 +1,108 @@
+// Server: HTTP/1.1 over TCP for one process. It owns the listening sockets it was given, the
+// connections accepted from them, the published Site and the admission policy. Everything runs on
+// one EventLoop; nothing here knows about other processes (the fan-out adopts listeners into it).
+//
+// Lifecycle: listen (or adopt_listener) -> publish(site) -> ... -> close(done). Requests that arrive
+// before the first publish() wait and are served once a site is published, or get 503 after
+// ready_timeout. publish() again swaps the site: requests in flight finish on the site they
+// started on. close() stops accepting, closes idle keep-alive connections, lets running requests
+// finish up to close_timeout, then closes the rest and calls `done`.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/event_loop.h"
+#include "core/log.h"
+#include "core/socket.h"
+#include "http/admission.h"
+#include "http/http_date.h"
+#include "http/parser.h"
+#include "http/site.h"
+
+namespace corral::http {
+
+struct ServerOptions {
+  ParserLimits limits;
+  uint32_t header_timeout_ms = 10'000;     // from the first byte of a request (or accept) to its head
+  uint32_t body_timeout_ms = 30'000;       // between body bytes
+  uint32_t keepalive_timeout_ms = 60'000;  // idle between requests
+  uint32_t write_timeout_ms = 30'000;      // no write progress to a client that stopped reading
+  uint32_t ready_timeout_ms = 10'000;      // waiting for the first publish()
+  uint32_t close_timeout_ms = 10'000;      // graceful close: running requests get this long
+  uint32_t linger_timeout_ms = 2'000;      // reading (and dropping) after a final response
+  size_t max_connections = 10'000;         // per process; above it new connections get 503
+  bool access_log = true;
+  std::string server_name = "corral";
+  std::string referrer_policy = "strict-origin-when-cross-origin";
+};
+
+struct ServerStats {
+  uint64_t accepted = 0;
+  uint64_t refused = 0;  // over max_connections
+  uint64_t requests = 0;
+  uint64_t errors = 0;  // requests answered by the connection itself (4xx/5xx before a route)
+  size_t active = 0;
+};
+
+class Connection;
+
+class Server {
+ public:
+  Server(core::EventLoop& loop, core::Logger& log, ServerOptions options);
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+  ~Server();
+
+  core::Result<core::SocketAddress> listen(const core::SocketAddress& addr, bool reuse_port = false);
+  // Serves an already listening socket (the fan-out supervisor creates them before forking).
+  core::Result<void> adopt_listener(core::UniqueFd fd);
+
+  void publish(std::shared_ptr<const Site> site);
+  // Swaps the admission policy; connections admitted under a host no longer allowed are closed
+  // (idle ones at once, busy ones after their current response).
+  void set_policy(std::shared_ptr<const AdmissionPolicy> policy);
+  void close(std::function<void()> done);
+  bool closing() const { return closing_; }
+
+  const ServerStats& stats() const { return stats_; }
+  const ServerOptions& options() const { return options_; }
+  core::EventLoop& loop() { return loop_; }
+  core::Logger& log() { return log_; }
+  const std::shared_ptr<const Site>& site() const { return site_; }
+  const AdmissionPolicy& policy() const { return *policy_; }
+  std::string_view date();       // the Date header value, formatted once per second
+  std::string_view log_time();   // ISO-8601, once per second
+
+ private:
+  friend class Connection;
+  class Listener;
+  void on_accept(int listen_fd);
+  void connection_closed(Connection* c);
+  void park(Connection* c) { parked_.push_back(c); }
+  void unpark(Connection* c);
+  void maybe_finish_close();
+  void resume_accepting();
+
+  core::EventLoop& loop_;
+  core::Logger& log_;
+  ServerOptions options_;
+  std::vector<std::unique_ptr<Listener>> listeners_;
+  std::shared_ptr<const Site> site_;
+  std::shared_ptr<const AdmissionPolicy> policy_;
+  Connection* head_ = nullptr;  // intrusive list of live connections
+  std::vector<Connection*> parked_;
+  ServerStats stats_;
+  DateCache date_;
+  time_t log_time_s_ = 0;
+  char log_time_[32] = {};
+  bool closing_ = false;
+  std::function<void()> close_done_;
+  core::Timer close_timer_;
+  core::Timer accept_pause_;
+};
+
+}  // namespace corral::http
