@@ -24,7 +24,7 @@ TimerWheel::~TimerWheel() {
       head.next_ = t->next_;
       t->prev_ = t->next_ = nullptr;
     }
-    head.prev_ = &head;
+    head.prev_ = head.next_ = nullptr;  // the sentinels' own destructors must not unlink
   }
 }
 

@@ -364,8 +364,10 @@ void Connection::write_response(Response& r) {
       finish_request();
       return;
     }
-    write_head(file_.status, r, ct, file_.status == 304 ? -1 : static_cast<int64_t>(file_.content_length),
-               false, &file_.headers);
+    if (!file_.location.empty()) file_.headers.emplace_back("Location", file_.location);
+    write_head(file_.status, r, ct,
+               file_.status == 304 ? -1 : static_cast<int64_t>(file_.content_length), false,
+               &file_.headers);
     if (!has_body) {
       file_ = ResolvedFile{};
       finish_request();

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian packages corral needs, only those missing; silent when nothing is.
+# Usage: scripts/deps.sh build|test|bench
+set -euo pipefail
+
+build=(cmake ninja-build g++ pkg-config node-llhttp nlohmann-json3-dev libtomlplusplus-dev
+       libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev)
+test=(clang libclang-rt-14-dev curl python3 python3-pytest python3-requests python3-websockets
+      nodejs npm)
+bench=(wrk nginx-light strace)
+
+want=("${build[@]}")
+case "${1:-build}" in
+  build) ;;
+  test) want+=("${test[@]}") ;;
+  bench) want+=("${test[@]}" "${bench[@]}") ;;
+  *) echo "usage: $0 build|test|bench" >&2; exit 2 ;;
+esac
+
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+echo "corral: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq >/dev/null
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
