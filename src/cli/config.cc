@@ -164,14 +164,12 @@ ConfigErrors load_config(const std::string& path, Config& c) {
 std::shared_ptr<const http::AdmissionPolicy> build_policy(const Config& c, ConfigErrors& errors) {
   auto policy = std::make_shared<http::AdmissionPolicy>();
   for (size_t i = 0; i < c.allowed_hosts.size(); ++i) {
-    std::string h = c.allowed_hosts[i];
-    for (auto& ch : h) ch = static_cast<char>(tolower(static_cast<unsigned char>(ch)));
-    if (h.empty() || h.find_first_of(" /:@") != std::string::npos) {
-      if (!(h.size() > 2 && h.front() == '[' && h.back() == ']'))
-        errors.problems.push_back(fmt::format(
-            "allowed_hosts[{}]: '{}' is not a host name (no scheme, port or path)", i, c.allowed_hosts[i]));
+    auto host = http::normalize_allowed_host(c.allowed_hosts[i]);
+    if (!host) {
+      errors.problems.push_back(fmt::format("allowed_hosts[{}]: {}", i, host.error().reason));
+      continue;
     }
-    policy->allowed_hosts.push_back(std::move(h));
+    policy->allowed_hosts.push_back(std::move(host.value()));
   }
   for (size_t i = 0; i < c.relays.size(); ++i) {
     auto relay = http::parse_relay(c.relays[i]);

@@ -47,7 +47,8 @@ Connection::Connection(Server& server, core::UniqueFd fd, const core::SocketAddr
       loop_(server.loop()),
       fd_(std::move(fd)),
       peer_(peer),
-      peer_ip_(peer.ip()),
+      peer_info_(Peer::from(peer)),
+      peer_ip_(peer_info_.text()),
       parser_(server.options().limits),
       read_timer_(loop_.timers(), [this] { on_read_timer(); }),
       write_timer_(loop_.timers(), [this] {
@@ -209,7 +210,7 @@ void Connection::dispatch() {
   read_timer_kind_ = ReadTimer::kNone;
   ++server_.stats_.requests;
   req_.loop = &loop_;
-  auto a = admit(req_, peer_, server_.policy());
+  auto a = admit(req_, peer_info_, server_.policy());
   if (a.status) {
     respond_error(a.status, a.reason);
     return;

@@ -19,6 +19,7 @@
 #include "core/socket.h"
 #include "core/timer_wheel.h"
 #include "core/unique_fd.h"
+#include "http/admission.h"
 #include "http/file_response.h"
 #include "http/parser.h"
 #include "http/request.h"
@@ -79,6 +80,7 @@ class Connection final : public core::IoHandler, private StreamWriter {
   core::EventLoop& loop_;
   core::UniqueFd fd_;
   core::SocketAddress peer_;
+  Peer peer_info_;  // the peer's address, parsed once for admission
   std::string peer_ip_;
   core::Buffer in_;
   core::Buffer out_;
