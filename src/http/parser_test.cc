@@ -1,0 +1,646 @@
+// Unit tests for HeadScanner and RequestParser (sans-IO: bytes in, requests out). Every refusal is
+// checked with its exact status, and fed both whole and one byte at a time: the outcome must not
+// depend on how the bytes arrive.
+#include "http/parser.h"
+
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace corral::http {
+namespace {
+
+using Kind = RequestParser::Kind;
+
+// A completed request, copied out of the parser's views.
+struct Parsed {
+  std::string method;
+  std::string target;
+  std::string path;
+  std::string query;
+  int major = 0;
+  int minor = 0;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+  bool keep_alive = false;
+  bool expects_continue = false;
+  bool operator==(const Parsed&) const = default;
+};
+
+struct Run {
+  std::vector<Parsed> requests;
+  int error_status = 0;  // 0: no error
+  std::string error_reason;
+  size_t heads = 0;            // kHead results seen
+  bool continue_at_head = false;  // expects_continue() when the first kHead was returned
+  size_t unconsumed = 0;       // bytes left when the input ran out (a partial request)
+
+  std::string describe() const {
+    std::string s = "requests=" + std::to_string(requests.size()) +
+                    " error=" + std::to_string(error_status) + " (" + error_reason + ")" +
+                    " unconsumed=" + std::to_string(unconsumed);
+    for (const auto& r : requests) s += "\n  " + r.method + " " + r.target + " body=" + r.body;
+    return s;
+  }
+};
+
+// Drives a parser the way a connection does: `input` arrives in pieces ending at `cuts` (then the
+// rest); the parser sees every byte not yet consumed; after kComplete the request is taken and
+// next_request() called; after kError nothing more is parsed. The input string never moves, so the
+// views stay valid as they would in a connection's buffer.
+Run drive(std::string_view input, const std::vector<size_t>& cuts, const ParserLimits& limits = {}) {
+  Run run;
+  RequestParser parser(limits);
+  Request req;
+  size_t pos = 0;    // first byte not consumed
+  size_t avail = 0;  // bytes received so far
+  std::vector<size_t> ends = cuts;
+  ends.push_back(input.size());
+  for (size_t end : ends) {
+    if (end < avail || end > input.size()) continue;
+    avail = end;
+    for (;;) {
+      std::string_view data = input.substr(pos, avail - pos);
+      auto r = parser.feed(data, req);
+      EXPECT_LE(r.consumed, data.size());
+      if (r.kind == Kind::kError) {
+        run.error_status = r.status;
+        run.error_reason = std::string(r.reason);
+        EXPECT_FALSE(r.reason.empty());
+        return run;
+      }
+      pos += r.consumed;
+      if (r.kind == Kind::kNeedMore) break;
+      if (r.kind == Kind::kHead) {
+        if (run.heads++ == 0) run.continue_at_head = parser.expects_continue();
+        continue;
+      }
+      Parsed p;
+      p.method = req.method_name;
+      p.target = req.target;
+      p.path = req.path;
+      p.query = req.query;
+      p.major = req.version_major;
+      p.minor = req.version_minor;
+      for (const auto& h : req.headers) p.headers.emplace_back(h.name, h.value);
+      p.body = req.body;
+      p.keep_alive = parser.keep_alive();
+      p.expects_continue = parser.expects_continue();
+      run.requests.push_back(std::move(p));
+      parser.next_request();
+      req.reset();
+      if (pos == avail) break;
+    }
+  }
+  run.unconsumed = avail - pos;
+  return run;
+}
+
+Run whole(std::string_view input, const ParserLimits& limits = {}) { return drive(input, {}, limits); }
+
+Run bytewise(std::string_view input, const ParserLimits& limits = {}) {
+  std::vector<size_t> cuts;
+  for (size_t i = 1; i < input.size(); ++i) cuts.push_back(i);
+  return drive(input, cuts, limits);
+}
+
+// Both ways of feeding must agree on the requests and on the error.
+Run both(std::string_view input, const ParserLimits& limits = {}) {
+  Run a = whole(input, limits);
+  Run b = bytewise(input, limits);
+  EXPECT_EQ(a.requests, b.requests) << "whole: " << a.describe() << "\nbytewise: " << b.describe();
+  EXPECT_EQ(a.error_status, b.error_status)
+      << "whole: " << a.describe() << "\nbytewise: " << b.describe();
+  EXPECT_EQ(a.unconsumed, b.unconsumed);
+  return a;
+}
+
+constexpr std::string_view kSimpleGet = "GET /index.html?x=1 HTTP/1.1\r\nHost: example.com\r\n\r\n";
+
+// --- HeadScanner ---------------------------------------------------------------------------
+
+TEST(ParserHeadScanner, CompleteHeadReportsItsLength) {
+  HeadScanner s;
+  std::string in = std::string(kSimpleGet) + "extra";
+  auto o = s.scan(in, {});
+  EXPECT_EQ(o.state, HeadScanner::State::kComplete);
+  EXPECT_EQ(o.head_len, kSimpleGet.size());
+}
+
+TEST(ParserHeadScanner, GrowingInputResumesWhereItStopped) {
+  HeadScanner s;
+  std::string_view in = kSimpleGet;
+  for (size_t n = 1; n < in.size(); ++n)
+    ASSERT_EQ(s.scan(in.substr(0, n), {}).state, HeadScanner::State::kNeedMore) << n;
+  auto o = s.scan(in, {});
+  EXPECT_EQ(o.state, HeadScanner::State::kComplete);
+  EXPECT_EQ(o.head_len, in.size());
+}
+
+TEST(ParserHeadScanner, ResetStartsOver) {
+  HeadScanner s;
+  ASSERT_EQ(s.scan("GET / HTTP/1.1\r\n", {}).state, HeadScanner::State::kNeedMore);
+  s.reset();
+  auto o = s.scan("GET / HTTP/1.1\r\n\r\n", {});
+  EXPECT_EQ(o.state, HeadScanner::State::kComplete);
+  EXPECT_EQ(o.head_len, 18u);
+}
+
+TEST(ParserHeadScanner, RefusalsCarryStatusAndReason) {
+  struct Case {
+    std::string in;
+    int status;
+  };
+  ParserLimits small{.max_request_line = 16, .max_head_bytes = 64, .max_headers = 2};
+  const Case cases[] = {
+      {"GET / HTTP/1.1\rX", 400},
+      {"GET / HTTP/1.1\n", 400},
+      {"GET / HTTP/1.1\r\nA: b\r\n c\r\n", 400},
+      {"GET / HTTP/1.1\r\nA : b\r\n", 400},
+      {"GET / HTTP/1.1\r\nA: b\x01\r\n", 400},
+      {"GET / HTTP/1.1\r\nno colon\r\n", 400},
+      {"GET / HTTP/1.1\r\n: empty name\r\n", 400},
+      {"\r\n", 400},
+      {"GET /" + std::string(20, 'a') + " HTTP/1.1\r\n", 414},
+      {"GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\nC: 3\r\n", 431},
+      {"GET / HTTP/1.1\r\nA: " + std::string(60, 'x') + "\r\n", 431},
+  };
+  for (const auto& c : cases) {
+    HeadScanner s;
+    auto o = s.scan(c.in, small);
+    EXPECT_EQ(o.state, HeadScanner::State::kError) << c.in;
+    EXPECT_EQ(o.status, c.status) << c.in;
+    EXPECT_FALSE(o.reason.empty()) << c.in;
+  }
+}
+
+// --- RequestParser: requests that parse ------------------------------------------------------
+
+TEST(ParserRequest, SimpleGet) {
+  Run run = both(kSimpleGet);
+  ASSERT_EQ(run.error_status, 0) << run.describe();
+  ASSERT_EQ(run.requests.size(), 1u);
+  const Parsed& p = run.requests[0];
+  EXPECT_EQ(p.method, "GET");
+  EXPECT_EQ(p.target, "/index.html?x=1");
+  EXPECT_EQ(p.path, "/index.html");
+  EXPECT_EQ(p.query, "x=1");
+  EXPECT_EQ(p.major, 1);
+  EXPECT_EQ(p.minor, 1);
+  ASSERT_EQ(p.headers.size(), 1u);
+  EXPECT_EQ(p.headers[0].first, "Host");
+  EXPECT_EQ(p.headers[0].second, "example.com");
+  EXPECT_EQ(p.body, "");
+  EXPECT_TRUE(p.keep_alive);
+  EXPECT_FALSE(p.expects_continue);
+  EXPECT_EQ(run.unconsumed, 0u);
+}
+
+TEST(ParserRequest, HeadersAreViewsIntoTheInput) {
+  std::string in(kSimpleGet);
+  RequestParser parser({});
+  Request req;
+  auto r = parser.feed(in, req);
+  ASSERT_EQ(r.kind, Kind::kComplete);
+  EXPECT_EQ(r.consumed, in.size());
+  EXPECT_EQ(parser.head_len(), in.size());
+  auto inside = [&](std::string_view v) {
+    return v.data() >= in.data() && v.data() + v.size() <= in.data() + in.size();
+  };
+  EXPECT_TRUE(inside(req.method_name));
+  EXPECT_TRUE(inside(req.target));
+  EXPECT_TRUE(inside(req.path));
+  EXPECT_TRUE(inside(req.query));
+  for (const auto& h : req.headers) {
+    EXPECT_TRUE(inside(h.name));
+    EXPECT_TRUE(inside(h.value));
+  }
+  EXPECT_EQ(req.header("host"), "example.com");  // lookups ignore case
+}
+
+TEST(ParserRequest, OwsTrimmedAndEmptyValueKept) {
+  Run run = both(
+      "GET / HTTP/1.1\r\nHost: a\r\nX-Trail: value \t \r\nX-Lead:\t  lead\r\nX-Empty:\r\n"
+      "X-Spaces:   \r\nX-Inner: a  b\r\n\r\n");
+  ASSERT_EQ(run.requests.size(), 1u) << run.describe();
+  const auto& h = run.requests[0].headers;
+  ASSERT_EQ(h.size(), 6u);
+  EXPECT_EQ(h[1], std::make_pair(std::string("X-Trail"), std::string("value")));
+  EXPECT_EQ(h[2], std::make_pair(std::string("X-Lead"), std::string("lead")));
+  EXPECT_EQ(h[3], std::make_pair(std::string("X-Empty"), std::string("")));
+  EXPECT_EQ(h[4], std::make_pair(std::string("X-Spaces"), std::string("")));
+  EXPECT_EQ(h[5], std::make_pair(std::string("X-Inner"), std::string("a  b")));
+}
+
+TEST(ParserRequest, RepeatedHeadersKeptInOrder) {
+  Run run = both("GET / HTTP/1.1\r\nHost: a\r\nAccept: x\r\nAccept: y\r\n\r\n");
+  ASSERT_EQ(run.requests.size(), 1u) << run.describe();
+  const auto& h = run.requests[0].headers;
+  ASSERT_EQ(h.size(), 3u);
+  EXPECT_EQ(h[1].second, "x");
+  EXPECT_EQ(h[2].second, "y");
+}
+
+TEST(ParserRequest, PipelinedRequestsOneAtATime) {
+  std::string in = "GET /a HTTP/1.1\r\nHost: h\r\n\r\n"
+                   "POST /b HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nxyz"
+                   "GET /c HTTP/1.1\r\nHost: h\r\n\r\n";
+  const size_t first = std::string_view("GET /a HTTP/1.1\r\nHost: h\r\n\r\n").size();
+  RequestParser parser({});
+  Request req;
+  auto r = parser.feed(in, req);
+  ASSERT_EQ(r.kind, Kind::kComplete);
+  EXPECT_EQ(r.consumed, first);
+  EXPECT_EQ(req.target, "/a");
+  parser.next_request();
+  req.reset();
+
+  std::string_view rest = std::string_view(in).substr(first);
+  r = parser.feed(rest, req);
+  ASSERT_EQ(r.kind, Kind::kComplete);
+  EXPECT_EQ(req.method_name, "POST");
+  EXPECT_EQ(req.body, "xyz");
+  rest.remove_prefix(r.consumed);
+  parser.next_request();
+  req.reset();
+
+  r = parser.feed(rest, req);
+  ASSERT_EQ(r.kind, Kind::kComplete);
+  EXPECT_EQ(req.target, "/c");
+  EXPECT_EQ(r.consumed, rest.size());
+
+  Run run = both(in);
+  ASSERT_EQ(run.requests.size(), 3u) << run.describe();
+  EXPECT_EQ(run.requests[1].body, "xyz");
+}
+
+TEST(ParserRequest, ContentLengthBodySplitAcrossFeeds) {
+  std::string head = "POST /up HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\n";
+  RequestParser parser({});
+  Request req;
+  std::string in = head + "0123";
+  auto r = parser.feed(in, req);
+  ASSERT_EQ(r.kind, Kind::kHead);
+  EXPECT_EQ(r.consumed, in.size());
+  EXPECT_TRUE(parser.head_done());
+  EXPECT_TRUE(parser.has_body());
+  EXPECT_EQ(parser.content_length(), 10u);  // llhttp counts down what is left
+  EXPECT_EQ(parser.head_len(), head.size());
+  EXPECT_EQ(req.target, "/up");
+  EXPECT_EQ(parser.body(), "0123");
+
+  r = parser.feed("456", req);
+  EXPECT_EQ(r.kind, Kind::kNeedMore);
+  EXPECT_EQ(r.consumed, 3u);
+  EXPECT_EQ(parser.body(), "0123456");
+
+  std::string tail = "789GET / HTTP/1.1\r\n";
+  r = parser.feed(tail, req);
+  ASSERT_EQ(r.kind, Kind::kComplete);
+  EXPECT_EQ(r.consumed, 3u);
+  EXPECT_EQ(req.body, "0123456789");
+}
+
+TEST(ParserRequest, ChunkedBodyWithExtensionsAndTrailers) {
+  std::string in =
+      "POST /c HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "5;name=value;quoted=\"a b\"\r\nhello\r\n"
+      "1\r\n \r\n"
+      "6\r\nworld!\r\n"
+      "0\r\nX-Trailer: t\r\nX-Other: o\r\n\r\n"
+      "GET /next HTTP/1.1\r\nHost: h\r\n\r\n";
+  Run run = both(in);
+  ASSERT_EQ(run.error_status, 0) << run.describe();
+  ASSERT_EQ(run.requests.size(), 2u) << run.describe();
+  EXPECT_EQ(run.requests[0].body, "hello world!");
+  ASSERT_EQ(run.requests[0].headers.size(), 2u);  // trailers are not headers
+  EXPECT_EQ(run.requests[0].headers[1].first, "Transfer-Encoding");
+  EXPECT_EQ(run.requests[1].target, "/next");
+  EXPECT_EQ(run.requests[1].headers.size(), 1u);
+}
+
+TEST(ParserRequest, ChunkedBodyInPiecesGivesHeadThenComplete) {
+  std::string head = "POST /c HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n";
+  RequestParser parser({});
+  Request req;
+  auto r = parser.feed(head + "3\r\nab", req);
+  ASSERT_EQ(r.kind, Kind::kHead);
+  EXPECT_TRUE(parser.has_body());
+  r = parser.feed("c\r\n0\r\n", req);
+  EXPECT_EQ(r.kind, Kind::kNeedMore);
+  r = parser.feed("\r\n", req);
+  ASSERT_EQ(r.kind, Kind::kComplete);
+  EXPECT_EQ(req.body, "abc");
+}
+
+TEST(ParserRequest, ExpectContinue) {
+  std::string in =
+      "PUT /f HTTP/1.1\r\nHost: h\r\nExpect: 100-Continue\r\nContent-Length: 2\r\n\r\n";
+  RequestParser parser({});
+  Request req;
+  auto r = parser.feed(in, req);
+  ASSERT_EQ(r.kind, Kind::kHead);
+  EXPECT_TRUE(parser.expects_continue());
+  r = parser.feed("ok", req);
+  ASSERT_EQ(r.kind, Kind::kComplete);
+  EXPECT_EQ(req.body, "ok");
+
+  Run run = both(in + "ok");
+  ASSERT_EQ(run.requests.size(), 1u) << run.describe();
+  EXPECT_TRUE(run.requests[0].expects_continue);
+
+  // Without a body there is nothing to wait for.
+  Run nobody = both("GET / HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\n\r\n");
+  ASSERT_EQ(nobody.requests.size(), 1u) << nobody.describe();
+  EXPECT_FALSE(nobody.requests[0].expects_continue);
+}
+
+TEST(ParserRequest, OtherExpectationIs417) {
+  EXPECT_EQ(both("GET / HTTP/1.1\r\nHost: h\r\nExpect: 200-ok\r\n\r\n").error_status, 417);
+  EXPECT_EQ(both("POST / HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nExpect: 100-continue\r\n"
+                 "Content-Length: 1\r\n\r\nx")
+                .error_status,
+            417);
+}
+
+TEST(ParserRequest, KeepAliveSemantics) {
+  struct Case {
+    std::string in;
+    bool keep_alive;
+  };
+  const Case cases[] = {
+      {"GET / HTTP/1.1\r\nHost: h\r\n\r\n", true},
+      {"GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n", false},
+      {"GET / HTTP/1.1\r\nHost: h\r\nConnection: Close\r\n\r\n", false},
+      {"GET / HTTP/1.0\r\n\r\n", false},
+      {"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", true},
+      {"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n", true},
+      {"GET / HTTP/1.0\r\nConnection: close\r\n\r\n", false},
+  };
+  for (const auto& c : cases) {
+    Run run = both(c.in);
+    ASSERT_EQ(run.requests.size(), 1u) << c.in << run.describe();
+    EXPECT_EQ(run.requests[0].keep_alive, c.keep_alive) << c.in;
+  }
+  Run v10 = both("GET / HTTP/1.0\r\n\r\n");
+  ASSERT_EQ(v10.requests.size(), 1u);
+  EXPECT_EQ(v10.requests[0].minor, 0);
+}
+
+TEST(ParserRequest, Http10KeepAlivePipelined) {
+  Run run = both("GET /a HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /b HTTP/1.0\r\n\r\n");
+  ASSERT_EQ(run.requests.size(), 2u) << run.describe();
+  EXPECT_TRUE(run.requests[0].keep_alive);
+  EXPECT_FALSE(run.requests[1].keep_alive);
+}
+
+TEST(ParserRequest, UpgradeParsesAsNormalRequest) {
+  std::string in =
+      "GET /ws HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+      "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+      "GET /after HTTP/1.1\r\nHost: h\r\n\r\n";
+  Run run = both(in);
+  ASSERT_EQ(run.error_status, 0) << run.describe();
+  ASSERT_EQ(run.requests.size(), 2u) << run.describe();
+  EXPECT_EQ(run.requests[0].target, "/ws");
+  EXPECT_EQ(run.requests[1].method, "GET");
+  EXPECT_EQ(run.requests[1].target, "/after");
+}
+
+TEST(ParserRequest, UpgradeWithoutConnectionUpgradeAlsoParses) {
+  Run run = both("GET /ws HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\n\r\n"
+                 "GET /after HTTP/1.1\r\nHost: h\r\n\r\n");
+  ASSERT_EQ(run.requests.size(), 2u) << run.describe();
+  EXPECT_EQ(run.requests[1].target, "/after");
+}
+
+TEST(ParserRequest, UpgradeWithBodyThenNextRequest) {
+  Run run = both("POST /ws HTTP/1.1\r\nHost: h\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n"
+                 "Content-Length: 2\r\n\r\nhi"
+                 "GET /after HTTP/1.1\r\nHost: h\r\n\r\n");
+  ASSERT_EQ(run.error_status, 0) << run.describe();
+  ASSERT_EQ(run.requests.size(), 2u) << run.describe();
+  EXPECT_EQ(run.requests[0].body, "hi");
+  EXPECT_EQ(run.requests[1].target, "/after");
+}
+
+TEST(ParserRequest, KnownExtensionMethodParses) {
+  Run run = both("PROPFIND /dav HTTP/1.1\r\nHost: h\r\n\r\n");
+  ASSERT_EQ(run.requests.size(), 1u) << run.describe();
+  EXPECT_EQ(run.requests[0].method, "PROPFIND");
+}
+
+TEST(ParserRequest, AsteriskAndAbsoluteTargetsAreParsedAsIs) {
+  Run run = both("OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n"
+                 "GET http://h/x?y HTTP/1.1\r\nHost: h\r\n\r\n");
+  ASSERT_EQ(run.requests.size(), 2u) << run.describe();
+  EXPECT_EQ(run.requests[0].target, "*");
+  EXPECT_EQ(run.requests[1].target, "http://h/x?y");
+}
+
+TEST(ParserRequest, ObsTextInValueIsAccepted) {
+  Run run = both("GET / HTTP/1.1\r\nHost: h\r\nX-Name: caf\xc3\xa9\r\n\r\n");
+  ASSERT_EQ(run.requests.size(), 1u) << run.describe();
+  EXPECT_EQ(run.requests[0].headers[1].second, "caf\xc3\xa9");
+}
+
+TEST(ParserRequest, PartialHeadConsumesNothing) {
+  RequestParser parser({});
+  Request req;
+  auto r = parser.feed("GET / HTTP/1.1\r\nHo", req);
+  EXPECT_EQ(r.kind, Kind::kNeedMore);
+  EXPECT_EQ(r.consumed, 0u);
+  EXPECT_FALSE(parser.head_done());
+}
+
+TEST(ParserRequest, NextRequestReleasesAndResetsBody) {
+  RequestParser parser({});
+  Request req;
+  std::string big(300 * 1024, 'b');
+  std::string in = "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: " + std::to_string(big.size()) +
+                   "\r\n\r\n" + big;
+  ASSERT_EQ(parser.feed(in, req).kind, Kind::kComplete);
+  EXPECT_EQ(req.body.size(), big.size());
+  parser.next_request();
+  req.reset();
+  EXPECT_TRUE(parser.body().empty());
+  auto r = parser.feed(kSimpleGet, req);
+  ASSERT_EQ(r.kind, Kind::kComplete);
+  EXPECT_TRUE(req.body.empty());
+  EXPECT_FALSE(parser.has_body());
+}
+
+// --- RequestParser: refusals -----------------------------------------------------------------
+
+struct Refusal {
+  const char* name;
+  std::string in;
+  int status;
+};
+
+ParserLimits small_limits() {
+  return {.max_request_line = 64, .max_head_bytes = 256, .max_headers = 4, .max_body = 16};
+}
+
+std::vector<Refusal> refusals() {
+  const std::string te = "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n";
+  return {
+      {"bare CR in request line", "GET / HTTP/1.1\rHost: h\r\n\r\n", 400},
+      {"bare CR in header", "GET / HTTP/1.1\r\nHost: h\rX: y\r\n\r\n", 400},
+      {"bare LF after request line", "GET / HTTP/1.1\nHost: h\r\n\r\n", 400},
+      {"bare LF after header", "GET / HTTP/1.1\r\nHost: h\n\r\n", 400},
+      {"bare LF ending head", "GET / HTTP/1.1\r\nHost: h\r\n\n", 400},
+      {"obs-fold", "GET / HTTP/1.1\r\nHost: h\r\nX: a\r\n b\r\n\r\n", 400},
+      {"obs-fold with tab", "GET / HTTP/1.1\r\nHost: h\r\nX: a\r\n\tb\r\n\r\n", 400},
+      {"space before colon", "GET / HTTP/1.1\r\nHost : h\r\n\r\n", 400},
+      {"tab before colon", "GET / HTTP/1.1\r\nHost\t: h\r\n\r\n", 400},
+      {"space in header name", "GET / HTTP/1.1\r\nX Y: h\r\n\r\n", 400},
+      {"control char in value", "GET / HTTP/1.1\r\nHost: h\x01x\r\n\r\n", 400},
+      {"NUL in value", std::string("GET / HTTP/1.1\r\nHost: h\0x\r\n\r\n", 26), 400},
+      {"DEL in value", "GET / HTTP/1.1\r\nHost: h\x7fx\r\n\r\n", 400},
+      {"control char in target", "GET /\x01 HTTP/1.1\r\nHost: h\r\n\r\n", 400},
+      {"tab in request line", "GET\t/ HTTP/1.1\r\nHost: h\r\n\r\n", 400},
+      {"header without colon", "GET / HTTP/1.1\r\nHost h\r\n\r\n", 400},
+      {"empty request line", "\r\nGET / HTTP/1.1\r\nHost: h\r\n\r\n", 400},
+      {"conflicting Content-Length",
+       "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", 400},
+      {"Content-Length list", "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 1, 1\r\n\r\na", 400},
+      {"negative Content-Length", "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: -1\r\n\r\n", 400},
+      {"Content-Length with sign", "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: +1\r\n\r\na", 400},
+      {"Content-Length and Transfer-Encoding",
+       "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"
+       "0\r\n\r\n",
+       400},
+      {"Transfer-Encoding and Content-Length",
+       "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"
+       "0\r\n\r\n",
+       400},
+      {"chunked twice", "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, chunked\r\n\r\n"
+                        "0\r\n\r\n",
+       400},
+      {"Transfer-Encoding in HTTP/1.0",
+       "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
+      {"bad chunk size", te + "zz\r\nab\r\n0\r\n\r\n", 400},
+      {"chunk data too long", te + "2\r\nabc\r\n0\r\n\r\n", 400},
+      {"chunk size bare LF", te + "2\nab\r\n0\r\n\r\n", 400},
+      {"chunk data bare LF", te + "2\r\nab\n0\r\n\r\n", 400},
+      {"last chunk bare LF", te + "0\r\n\n", 400},
+      {"chunk size with space", te + "2 \r\nab\r\n0\r\n\r\n", 400},
+      {"unknown coding", "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n", 501},
+      {"unknown coding before chunked",
+       "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 501},
+      {"chunked not last",
+       "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", 501},
+      {"unknown method token", "FROB / HTTP/1.1\r\nHost: h\r\n\r\n", 501},
+      {"lowercase method", "get / HTTP/1.1\r\nHost: h\r\n\r\n", 501},
+      {"garbage method", "G(T / HTTP/1.1\r\nHost: h\r\n\r\n", 400},
+      {"HTTP/2.0", "GET / HTTP/2.0\r\nHost: h\r\n\r\n", 505},
+      {"HTTP/1.2", "GET / HTTP/1.2\r\nHost: h\r\n\r\n", 505},
+      {"HTTP/3.0", "GET / HTTP/3.0\r\nHost: h\r\n\r\n", 505},
+      {"request line too long", "GET /" + std::string(100, 'a') + " HTTP/1.1\r\nHost: h\r\n\r\n",
+       414},
+      {"head too large", "GET / HTTP/1.1\r\nHost: h\r\nX: " + std::string(300, 'x') + "\r\n\r\n",
+       431},
+      {"too many headers", "GET / HTTP/1.1\r\nHost: h\r\nA: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\n\r\n", 431},
+      {"Content-Length over the limit",
+       "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 17\r\n\r\n" + std::string(17, 'x'), 413},
+      {"chunked body over the limit", te + "10\r\n" + std::string(16, 'x') + "\r\n1\r\nx\r\n0\r\n\r\n",
+       413},
+  };
+}
+
+class ParserRefusal : public ::testing::TestWithParam<Refusal> {};
+
+TEST_P(ParserRefusal, WholeAndBytewise) {
+  const Refusal& c = GetParam();
+  Run a = whole(c.in, small_limits());
+  EXPECT_EQ(a.error_status, c.status) << c.name << "\n" << a.describe();
+  EXPECT_TRUE(a.requests.empty()) << c.name;
+  Run b = bytewise(c.in, small_limits());
+  EXPECT_EQ(b.error_status, c.status) << c.name << " (byte by byte)\n" << b.describe();
+  EXPECT_TRUE(b.requests.empty()) << c.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, ParserRefusal, ::testing::ValuesIn(refusals()),
+                         [](const ::testing::TestParamInfo<Refusal>& info) {
+                           std::string name;
+                           for (const char* p = info.param.name; *p; ++p)
+                             name += std::isalnum(static_cast<unsigned char>(*p)) ? *p : '_';
+                           return name;
+                         });
+
+TEST(ParserRequest, ErrorStopsThePipeline) {
+  // Nothing after a framing error is parsed: the second request must not appear.
+  Run run = both("GET / HTTP/1.1\r\nHost: h\r\n\r\n"
+                 "GET / HTTP/1.1\r\nHost : h\r\n\r\n"
+                 "GET /smuggled HTTP/1.1\r\nHost: h\r\n\r\n");
+  EXPECT_EQ(run.error_status, 400);
+  ASSERT_EQ(run.requests.size(), 1u);
+}
+
+TEST(ParserRequest, LimitsAtTheirExactValues) {
+  // A request line of exactly max_request_line bytes is fine; one more is 414.
+  ParserLimits l = small_limits();
+  std::string line = "GET /" + std::string(l.max_request_line - 14, 'a') + " HTTP/1.1";
+  ASSERT_EQ(line.size(), l.max_request_line);
+  EXPECT_EQ(both(line + "\r\nHost: h\r\n\r\n", l).error_status, 0);
+  std::string longer = "GET /" + std::string(l.max_request_line - 13, 'a') + " HTTP/1.1";
+  EXPECT_EQ(both(longer + "\r\nHost: h\r\n\r\n", l).error_status, 414);
+  // max_headers fields are fine.
+  EXPECT_EQ(both("GET / HTTP/1.1\r\nHost: h\r\nA: 1\r\nB: 2\r\nC: 3\r\n\r\n", l).error_status, 0);
+  // A body of exactly max_body bytes is fine, both framings.
+  EXPECT_EQ(both("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 16\r\n\r\n" + std::string(16, 'x'),
+                 l)
+                .error_status,
+            0);
+  EXPECT_EQ(both("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n" +
+                     std::string(16, 'x') + "\r\n0\r\n\r\n",
+                 l)
+                .error_status,
+            0);
+}
+
+// The head limit must not depend on how the bytes arrive: a head whose final CRLF CRLF crosses
+// max_head_bytes gets the same answer whole and byte by byte.
+TEST(ParserRequest, HeadLimitSameWholeAndBytewise) {
+  ParserLimits l = small_limits();
+  for (size_t pad = 200; pad < 260; ++pad) {
+    std::string in = "GET / HTTP/1.1\r\nHost: h\r\nX: " + std::string(pad, 'x') + "\r\n\r\n";
+    Run a = whole(in, l);
+    Run b = bytewise(in, l);
+    EXPECT_EQ(a.error_status, b.error_status) << "head of " << in.size() << " bytes, limit "
+                                              << l.max_head_bytes;
+    if (in.size() <= l.max_head_bytes) EXPECT_EQ(a.error_status, 0) << in.size();
+    if (in.size() > l.max_head_bytes) EXPECT_EQ(a.error_status, 431) << in.size();
+  }
+}
+
+TEST(ParserRequest, RandomSplitsAgreeWithWhole) {
+  std::string in =
+      "GET /a HTTP/1.1\r\nHost: h\r\n\r\n"
+      "POST /b HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello"
+      "PUT /c HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n0\r\nT: 1\r\n\r\n"
+      "GET /d HTTP/1.0\r\n\r\n";
+  Run ref = whole(in);
+  ASSERT_EQ(ref.requests.size(), 4u) << ref.describe();
+  uint32_t seed = 12345;
+  for (int round = 0; round < 200; ++round) {
+    std::vector<size_t> cuts;
+    size_t at = 0;
+    for (;;) {
+      seed = seed * 1103515245 + 12345;
+      at += 1 + (seed >> 16) % 40;
+      if (at >= in.size()) break;
+      cuts.push_back(at);
+    }
+    Run r = drive(in, cuts);
+    ASSERT_EQ(r.requests, ref.requests) << "round " << round << ": " << r.describe();
+    ASSERT_EQ(r.error_status, 0);
+  }
+}
+
+}  // namespace
+}  // namespace corral::http
