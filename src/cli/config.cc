@@ -101,12 +101,14 @@ ConfigErrors load_config(const std::string& path, Config& c) {
   }
   Reader r(root, errors);
   r.check_unknown(root, "",
-                  {"listen", "root", "log_level", "access_log", "allowed_hosts", "relays", "limits",
+                  {"listen", "root", "processes", "pin", "log_level", "access_log", "allowed_hosts", "relays", "limits",
                    "timeouts", "server_name", "referrer_policy"});
   r.string(root, "listen", c.listen);
   if (auto p = core::parse_address(c.listen); !p)
     errors.problems.push_back(fmt::format("listen: {}", p.error().reason));
   r.string(root, "root", c.root);
+  r.integer(root, "", "processes", c.processes, 0, 64);
+  r.boolean(root, "pin", c.pin);
   std::string level;
   r.string(root, "log_level", level);
   if (!level.empty()) {

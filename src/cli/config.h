@@ -19,6 +19,8 @@ constexpr int kExitBadConfig = 78;  // EX_CONFIG from sysexits.h
 struct Config {
   std::string listen = "127.0.0.1:8080";
   std::string root;  // empty: the embedded welcome site
+  int processes = 1;  // 1: a single process, no supervisor; 0: one per CPU; N: a supervisor and N
+  bool pin = false;   // pin process i to the i-th allowed CPU
   core::LogLevel log_level = core::LogLevel::kInfo;
   std::vector<std::string> allowed_hosts;
   std::vector<std::string> relays;

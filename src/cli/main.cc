@@ -7,73 +7,63 @@
 
 #include "cli/config.h"
 #include "cli/sites.h"
+#include "fanout/cpus.h"
+#include "fanout/supervisor.h"
 #include "http/runner.h"
 
 namespace {
 
+using namespace corral;
+
 constexpr const char* kVersion = "0.1.0";
 
-int print_problems(const corral::cli::ConfigErrors& errors, const std::string& path) {
-  for (const auto& p : errors.problems) std::cerr << "corral: " << path << ": " << p << "\n";
-  return corral::cli::kExitBadConfig;
-}
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  using namespace corral;
-  CLI::App app{"corral: an application server (HTTP/1.1, workers per address)", "corral"};
-  app.set_version_flag("--version", std::string("corral ") + kVersion);
-  app.require_subcommand(1);
-
-  cli::Config config;
+// What the command line said; applied over the file on every (re)load.
+struct Flags {
   std::string config_path, listen, root, log_level;
   bool no_access_log = false;
+  int processes = -1;  // -1: not given
+  bool pin = false;
+};
 
-  auto* serve = app.add_subcommand("serve", "Serve DIR (default: the embedded welcome site)");
-  serve->add_option("DIR", root, "Directory to serve");
-  serve->add_option("--listen", listen, "Address to listen on (default 127.0.0.1:8080)");
-  serve->add_option("--config", config_path, "TOML configuration file");
-  serve->add_option("--log-level", log_level, "debug, info, warn or error");
-  serve->add_flag("--no-access-log", no_access_log, "Do not log one line per request");
+// Everything a server process needs, built and validated before any process starts.
+struct Prepared {
+  cli::Config config;
+  core::SocketAddress address;
+  std::shared_ptr<const http::AdmissionPolicy> policy;
+  std::shared_ptr<const http::Site> site;
+};
 
-  auto* check = app.add_subcommand("check", "Validate a configuration file and print every problem");
-  check->add_option("--config", config_path, "TOML configuration file")->required();
+bool parse_level(const std::string& s, core::LogLevel& out) {
+  if (s == "debug") out = core::LogLevel::kDebug;
+  else if (s == "info") out = core::LogLevel::kInfo;
+  else if (s == "warn") out = core::LogLevel::kWarn;
+  else if (s == "error") out = core::LogLevel::kError;
+  else return false;
+  return true;
+}
 
-  CLI11_PARSE(app, argc, argv);
-
-  if (!config_path.empty()) {
-    auto errors = cli::load_config(config_path, config);
-    if (!errors.empty()) return print_problems(errors, config_path);
+cli::ConfigErrors prepare(const Flags& flags, core::Logger& log, Prepared& out) {
+  cli::Config config;
+  if (!flags.config_path.empty()) {
+    auto errors = cli::load_config(flags.config_path, config);
+    if (!errors.empty()) return errors;
   }
-  if (check->parsed()) {
-    std::cout << "corral: " << config_path << ": ok\n";
-    return 0;
-  }
-
-  // Flags override the file.
-  cli::ConfigErrors flag_errors;
-  if (!listen.empty()) config.listen = listen;
-  if (!root.empty()) config.root = root;
-  if (no_access_log) config.server.access_log = false;
-  if (!log_level.empty()) {
-    if (log_level == "debug") config.log_level = core::LogLevel::kDebug;
-    else if (log_level == "info") config.log_level = core::LogLevel::kInfo;
-    else if (log_level == "warn") config.log_level = core::LogLevel::kWarn;
-    else if (log_level == "error") config.log_level = core::LogLevel::kError;
-    else flag_errors.problems.push_back("--log-level: expected one of debug, info, warn, error");
-  }
+  cli::ConfigErrors errors;
+  if (!flags.listen.empty()) config.listen = flags.listen;
+  if (!flags.root.empty()) config.root = flags.root;
+  if (flags.no_access_log) config.server.access_log = false;
+  if (flags.processes >= 0) config.processes = flags.processes;
+  if (flags.pin) config.pin = true;
+  if (!flags.log_level.empty() && !parse_level(flags.log_level, config.log_level))
+    errors.problems.push_back("--log-level: expected one of debug, info, warn, error");
   auto addr = core::parse_address(config.listen);
-  if (!addr) flag_errors.problems.push_back("--listen: " + addr.error().reason);
+  if (!addr) errors.problems.push_back("listen: " + addr.error().reason);
   if (!config.root.empty()) {
     struct stat st;
     if (stat(config.root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-      flag_errors.problems.push_back("DIR: '" + config.root + "' is not a directory");
+      errors.problems.push_back("root: '" + config.root + "' is not a directory");
   }
-  auto policy = cli::build_policy(config, flag_errors);
-  if (!flag_errors.empty()) return print_problems(flag_errors, "command line");
-
-  core::Logger log(2, config.log_level);
+  auto policy = cli::build_policy(config, errors);
   http::SiteBuilder builder;
   if (config.root.empty()) {
     cli::add_welcome_routes(builder);
@@ -85,25 +75,150 @@ int main(int argc, char** argv) {
               e.request.target, e.message);
   });
   auto site = builder.build();
-  if (!site) {
-    std::cerr << "corral: routes: " << site.error().reason << "\n";
-    return cli::kExitBadConfig;
+  if (!site) errors.problems.push_back("routes: " + site.error().reason);
+  if (!errors.empty()) return errors;
+  out.config = std::move(config);
+  out.address = addr.value();
+  out.policy = std::move(policy);
+  out.site = std::move(site.value());
+  return errors;
+}
+
+int print_problems(const cli::ConfigErrors& errors, const std::string& where) {
+  for (const auto& p : errors.problems) std::cerr << "corral: " << where << ": " << p << "\n";
+  return cli::kExitBadConfig;
+}
+
+// SIGHUP in single-process mode: the admission policy is re-read.
+std::shared_ptr<const http::AdmissionPolicy> reload_policy(const Flags& flags, core::Logger& log) {
+  if (flags.config_path.empty()) return nullptr;
+  Prepared fresh;
+  auto errors = prepare(flags, log, fresh);
+  if (!errors.empty()) {
+    for (const auto& p : errors.problems)
+      log.error("reload_refused", "file={} problem=\"{}\"", flags.config_path, p);
+    return nullptr;
+  }
+  return fresh.policy;
+}
+
+fanout::ChildMain child_main(std::shared_ptr<const Prepared> p, core::Logger& log, Flags flags) {
+  return [p, &log, flags](const fanout::ChildContext& ctx) {
+    http::RunOptions run;
+    run.adopt_fds = ctx.listen_fds;
+    run.server = p->config.server;
+    run.policy = p->policy;
+    run.on_listening = [&ctx](http::Server&, const std::vector<core::SocketAddress>&) {
+      ctx.notify_ready();
+    };
+    log.set_level(p->config.log_level);
+    return http::run_server(log, run, p->site);
+  };
+}
+
+int serve(const Flags& flags) {
+  core::Logger log(2);
+  auto prepared = std::make_shared<Prepared>();
+  if (auto errors = prepare(flags, log, *prepared); !errors.empty())
+    return print_problems(errors, flags.config_path.empty() ? "command line" : flags.config_path);
+  log.set_level(prepared->config.log_level);
+
+  if (prepared->config.processes == 1) {
+    http::RunOptions run;
+    run.listen.push_back(prepared->address);
+    run.server = prepared->config.server;
+    run.policy = prepared->policy;
+    run.on_reload = [&] { return reload_policy(flags, log); };
+    return http::run_server(log, run, prepared->site);
   }
 
-  http::RunOptions run;
-  run.listen.push_back(addr.value());
-  run.server = config.server;
-  run.policy = policy;
-  run.on_reload = [&]() -> std::shared_ptr<const http::AdmissionPolicy> {
-    if (config_path.empty()) return nullptr;
-    cli::Config fresh;
-    auto errors = cli::load_config(config_path, fresh);
+  auto cpus = fanout::allowed_cpus();
+  if (!cpus) return print_problems({{cpus.error().reason}}, "processes");
+  auto n = fanout::resolve_process_count(prepared->config.processes, cpus.value(),
+                                         prepared->config.pin);
+  if (!n) return print_problems({{n.error().reason}}, "processes");
+  auto listeners = fanout::make_listeners({prepared->address}, n.value());
+  if (!listeners) {
+    log.error("listen_failed", "address={} error=\"{}\"", prepared->address.to_string(),
+              listeners.error().reason);
+    return 1;
+  }
+  auto set = std::make_shared<fanout::ListenerSet>(std::move(listeners.value()));
+  log.info("listening", "address={} processes={} pin={}", set->addresses.front().to_string(),
+           n.value(), prepared->config.pin);
+
+  fanout::SupervisorOptions options;
+  options.processes = n.value();
+  options.pin = prepared->config.pin;
+  options.cpus = cpus.value();
+  options.stop_timeout_ms = prepared->config.server.close_timeout_ms + 5'000;
+
+  fanout::FanoutHooks hooks;
+  hooks.on_reload = [&](std::shared_ptr<fanout::ListenerSet>& set, fanout::ChildMain& main) {
+    auto fresh = std::make_shared<Prepared>();
+    auto errors = prepare(flags, log, *fresh);
     if (!errors.empty()) {
       for (const auto& p : errors.problems)
-        log.error("reload_refused", "file={} problem=\"{}\"", config_path, p);
-      return nullptr;
+        log.error("reload_refused", "file={} problem=\"{}\"", flags.config_path, p);
+      return false;
     }
-    return cli::build_policy(fresh, errors);
+    if (fresh->config.processes != prepared->config.processes ||
+        fresh->config.pin != prepared->config.pin)
+      log.warn("reload_partial", "reason=\"processes and pin change only on restart\"");
+    auto wanted = fresh->address;
+    auto current = set->addresses.front();
+    bool same = wanted.to_string() == current.to_string() ||
+                (wanted.port() == 0 && wanted.ip() == current.ip());
+    if (!same) {
+      auto fresh_set = fanout::make_listeners({wanted}, static_cast<int>(set->slots.size()));
+      if (!fresh_set) {
+        log.error("reload_refused", "problem=\"listen {}: {}\"", wanted.to_string(),
+                  fresh_set.error().reason);
+        return false;
+      }
+      set = std::make_shared<fanout::ListenerSet>(std::move(fresh_set.value()));
+      log.info("listening", "address={}", set->addresses.front().to_string());
+    }
+    fresh->config.processes = prepared->config.processes;
+    prepared = fresh;
+    main = child_main(prepared, log, flags);
+    return true;
   };
-  return http::run_server(log, run, std::move(site.value()));
+  int r = fanout::run_fanout(log, options, set, child_main(prepared, log, flags), hooks);
+  return r < 0 ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"corral: an application server (HTTP/1.1, one process per CPU, workers per address)",
+               "corral"};
+  app.set_version_flag("--version", std::string("corral ") + kVersion);
+  app.require_subcommand(1);
+
+  Flags flags;
+  auto* serve_cmd = app.add_subcommand("serve", "Serve DIR (default: the embedded welcome site)");
+  serve_cmd->add_option("DIR", flags.root, "Directory to serve");
+  serve_cmd->add_option("--listen", flags.listen, "Address to listen on (default 127.0.0.1:8080)");
+  serve_cmd->add_option("--config", flags.config_path, "TOML configuration file");
+  serve_cmd->add_option("--processes", flags.processes,
+                        "Server processes: 1 (default) runs one without a supervisor, 0 one per "
+                        "CPU, N (at most 64) N under a supervisor");
+  serve_cmd->add_flag("--pin", flags.pin, "Pin process i to the i-th CPU this process may use");
+  serve_cmd->add_option("--log-level", flags.log_level, "debug, info, warn or error");
+  serve_cmd->add_flag("--no-access-log", flags.no_access_log, "Do not log one line per request");
+
+  auto* check = app.add_subcommand("check", "Validate a configuration file and print every problem");
+  check->add_option("--config", flags.config_path, "TOML configuration file")->required();
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (check->parsed()) {
+    cli::Config config;
+    auto errors = cli::load_config(flags.config_path, config);
+    if (!errors.empty()) return print_problems(errors, flags.config_path);
+    std::cout << "corral: " << flags.config_path << ": ok\n";
+    return 0;
+  }
+  return serve(flags);
 }

@@ -19,6 +19,14 @@ int run_server(core::Logger& log, const RunOptions& options, std::shared_ptr<con
     bound.push_back(r.value());
     log.info("listening", "address={}", r->to_string());
   }
+  for (int fd : options.adopt_fds) {
+    auto local = core::local_address(fd);
+    if (auto r = server.adopt_listener(core::UniqueFd(fd)); !r || !local) {
+      log.error("listen_failed", "fd={} error=\"{}\"", fd, r ? local.error().reason : r.error().reason);
+      return 1;
+    }
+    bound.push_back(local.value());
+  }
   if (options.on_listening) options.on_listening(server, bound);
   server.publish(std::move(site));
 

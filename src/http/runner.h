@@ -16,6 +16,7 @@ namespace corral::http {
 
 struct RunOptions {
   std::vector<core::SocketAddress> listen;
+  std::vector<int> adopt_fds;  // listening sockets made by someone else (the fan-out supervisor)
   ServerOptions server;
   std::shared_ptr<const AdmissionPolicy> policy;
   // Called once every listener is bound (tests read the ports from here).

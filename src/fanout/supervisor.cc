@@ -1,0 +1,388 @@
+#include "fanout/supervisor.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "fanout/cpus.h"
+
+namespace corral::fanout {
+
+core::Result<ListenerSet> make_listeners(const std::vector<core::SocketAddress>& addresses,
+                                         int slots) {
+  ListenerSet set;
+  set.addresses = addresses;
+  set.slots.resize(static_cast<size_t>(slots));
+  for (size_t a = 0; a < addresses.size(); ++a) {
+    for (int i = 0; i < slots; ++i) {
+      auto fd = core::listen_tcp(set.addresses[a], {.backlog = 4096, .reuse_port = true});
+      if (!fd) return fd.error();
+      if (i == 0 && set.addresses[a].port() == 0) {
+        auto bound = core::local_address(fd->get());
+        if (!bound) return bound.error();
+        set.addresses[a] = bound.value();  // the others join the port the kernel chose
+      }
+      set.slots[static_cast<size_t>(i)].push_back(std::move(fd.value()));
+    }
+  }
+  return set;
+}
+
+void ChildContext::notify_ready() const {
+  if (ready_fd < 0) return;
+  [[maybe_unused]] ssize_t w = ::write(ready_fd, "r", 1);
+  ::close(ready_fd);
+}
+
+struct Supervisor::Child final : core::IoHandler {
+  struct Ready final : core::IoHandler {
+    Child* child = nullptr;
+    void on_io(uint32_t) override { child->sup.on_child_ready(child); }
+  };
+
+  Child(Supervisor& s) : sup(s) { ready_handler.child = this; }
+  void on_io(uint32_t) override {
+    siginfo_t info{};
+    if (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd.get()), &info,
+               WEXITED | WNOHANG) < 0 ||
+        info.si_pid == 0)
+      return;
+    int code = info.si_code == CLD_EXITED ? info.si_status : -1;
+    int signo = info.si_code == CLD_EXITED ? 0 : info.si_status;
+    sup.on_child_exit(this, code, signo);
+  }
+
+  Supervisor& sup;
+  pid_t pid = 0;
+  core::UniqueFd pidfd;
+  core::UniqueFd ready_rd;
+  Ready ready_handler;
+  int slot = 0;
+  uint64_t generation = 0;
+  uint64_t started_ms = 0;
+  bool ready = false;
+  bool sent_term = false;
+  std::shared_ptr<ListenerSet> listeners;
+};
+
+struct Supervisor::Slot {
+  int index = 0;
+  int cpu = -1;
+  uint32_t restarts = 0;
+  uint32_t backoff_ms = 0;
+  std::string last_exit;
+  std::string status = "starting";
+  time_t started_at = 0;
+  Child* current = nullptr;
+  core::Timer respawn;
+};
+
+Supervisor::Supervisor(core::EventLoop& loop, core::Logger& log, SupervisorOptions options)
+    : loop_(loop),
+      log_(log),
+      options_(std::move(options)),
+      self_(getpid()),
+      stop_deadline_(loop.timers(), [this] {
+        log_.warn("stop_deadline", "processes={} action=SIGKILL", children_.size());
+        kill_all(SIGKILL, false);
+      }) {
+  for (int i = 0; i < options_.processes; ++i) {
+    auto slot = std::make_unique<Slot>();
+    slot->index = i;
+    if (options_.pin && static_cast<size_t>(i) < options_.cpus.size())
+      slot->cpu = options_.cpus[static_cast<size_t>(i)];
+    slot->respawn.bind(loop_.timers(), [this, i] { spawn(i); });
+    slots_.push_back(std::move(slot));
+  }
+}
+
+Supervisor::~Supervisor() {
+  for (auto& c : children_) {
+    loop_.remove(c->pidfd.get());
+    if (c->ready_rd) loop_.remove(c->ready_rd.get());
+  }
+}
+
+core::Result<void> Supervisor::start(std::shared_ptr<ListenerSet> listeners, ChildMain main) {
+  listeners_ = std::move(listeners);
+  main_ = std::move(main);
+  generation_ = 1;
+  for (int i = 0; i < options_.processes; ++i) {
+    size_t before = children_.size();
+    spawn(i);
+    if (i == 0 && children_.size() == before) return core::Error{EAGAIN, "the first fork failed"};
+  }
+  return {};
+}
+
+void Supervisor::spawn(int index) {
+  if (terminating_) return;
+  Slot& slot = *slots_[static_cast<size_t>(index)];
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) < 0) {
+    log_.error("spawn_failed", "slot={} error=\"{}\"", index, strerror(errno));
+    slot.status = "backoff";
+    slot.respawn.arm_after(std::max<uint32_t>(slot.backoff_ms, options_.backoff_min_ms));
+    return;
+  }
+  core::UniqueFd ready_rd(pipefd[0]), ready_wr(pipefd[1]);
+  pid_t pid = fork();
+  if (pid < 0) {
+    log_.error("fork_failed", "slot={} error=\"{}\"", index, strerror(errno));
+    slot.status = "backoff";
+    slot.backoff_ms = std::clamp(slot.backoff_ms * 2, options_.backoff_min_ms, options_.backoff_max_ms);
+    slot.respawn.arm_after(slot.backoff_ms);
+    return;
+  }
+  if (pid == 0) {
+    // The child. Die with the supervisor, and check it did not die already (before prctl).
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != self_) _exit(0);
+    if (slot.cpu >= 0) {
+      if (auto r = pin_to_cpu(slot.cpu); !r) {
+        log_.error("pin_failed", "slot={} cpu={} error=\"{}\"", index, slot.cpu, r.error().reason);
+        _exit(kExitBadConfig);
+      }
+    }
+    // The supervisor's signals were blocked for its signalfd: start clean.
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    ChildContext ctx;
+    ctx.slot = index;
+    ctx.cpu = slot.cpu;
+    ctx.generation = generation_;
+    ctx.ready_fd = ready_wr.release();
+    fcntl(ctx.ready_fd, F_SETFD, 0);
+    std::vector<int> keep = {0, 1, 2, ctx.ready_fd};
+    for (auto& fd : listeners_->slots[static_cast<size_t>(index)]) {
+      ctx.listen_fds.push_back(fd.get());
+      keep.push_back(fd.get());
+    }
+    // Close everything else we inherited: the epoll and signal fds, pidfds, other slots' sockets.
+    std::sort(keep.begin(), keep.end());
+    unsigned next = 0;
+    for (int fd : keep) {
+      if (static_cast<unsigned>(fd) > next) close_range(next, static_cast<unsigned>(fd) - 1, 0);
+      next = static_cast<unsigned>(fd) + 1;
+    }
+    close_range(next, ~0U, 0);
+    int code = main_(ctx);
+    _exit(code);
+  }
+  auto child = std::make_unique<Child>(*this);
+  child->pid = pid;
+  child->pidfd.reset(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
+  child->ready_rd = std::move(ready_rd);
+  child->slot = index;
+  child->generation = generation_;
+  child->started_ms = loop_.now();
+  child->listeners = listeners_;
+  if (!child->pidfd) {
+    log_.error("pidfd_open_failed", "pid={} error=\"{}\"", pid, strerror(errno));
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    return;
+  }
+  (void)loop_.add(child->pidfd.get(), EPOLLIN, child.get());
+  (void)loop_.add(child->ready_rd.get(), EPOLLIN, &child->ready_handler);
+  // A replacement in the current generation takes the slot now; a new generation's process takes
+  // it when it is ready (the old one keeps serving until then).
+  if (!slot.current || slot.current->generation == generation_) {
+    slot.current = child.get();
+    slot.started_at = loop_.wall_seconds();
+    slot.status = "starting";
+  }
+  log_.info("process_started", "slot={} pid={} cpu={} generation={}", index, pid, slot.cpu,
+            generation_);
+  children_.push_back(std::move(child));
+}
+
+void Supervisor::on_child_ready(Child* child) {
+  if (!child->ready_rd) return;
+  char b;
+  [[maybe_unused]] ssize_t n = ::read(child->ready_rd.get(), &b, 1);
+  loop_.remove(child->ready_rd.get());
+  child->ready_rd.reset();
+  if (n != 1) return;  // closed without a byte: the child is exiting; its pidfd will say so
+  child->ready = true;
+  Slot& slot = *slots_[static_cast<size_t>(child->slot)];
+  if (child->generation == generation_) {
+    Child* old = slot.current;
+    slot.current = child;
+    slot.started_at = loop_.wall_seconds();
+    slot.status = "running";
+    if (old && old != child && old->generation < child->generation && !old->sent_term) {
+      old->sent_term = true;
+      kill(old->pid, SIGTERM);  // drain: the new process is accepting on the same socket
+    }
+  } else if (!child->sent_term) {
+    child->sent_term = true;  // an old generation's late starter: not needed any more
+    kill(child->pid, SIGTERM);
+  }
+}
+
+void Supervisor::on_child_exit(Child* child, int code, int signo) {
+  Slot& slot = *slots_[static_cast<size_t>(child->slot)];
+  std::string how = signo ? "signal " + std::to_string(signo) : "exit " + std::to_string(code);
+  uint64_t ran_ms = loop_.now() - child->started_ms;
+  bool current = slot.current == child;
+  log_.info("process_exited", "slot={} pid={} generation={} how=\"{}\" ran_ms={}", child->slot,
+            child->pid, child->generation, how, ran_ms);
+  loop_.remove(child->pidfd.get());
+  if (child->ready_rd) loop_.remove(child->ready_rd.get());
+  if (current) {
+    slot.current = nullptr;
+    slot.last_exit = how;
+  }
+  bool asked = terminating_ || child->sent_term;
+  bool respawn = current && !asked && (signo != 0 || (code != 0 && code != kExitBadConfig));
+  if (current) {
+    // During a reload the slot may already have its next-generation process starting: that one
+    // takes the slot instead of a respawn.
+    for (auto& c : children_) {
+      if (c.get() != child && c->slot == child->slot && c->generation == generation_) {
+        slot.current = c.get();
+        respawn = false;
+      }
+    }
+  }
+  if (current && !asked && code == kExitBadConfig) {
+    slot.status = "failed";
+    log_.error("process_bad_config", "slot={} exit={} action=not_respawned", child->slot, code);
+  } else if (current && !asked && code == 0 && signo == 0) {
+    slot.status = "exited";
+  } else if (current) {
+    slot.status = "stopped";
+  }
+  if (respawn) {
+    ++slot.restarts;
+    if (ran_ms >= options_.stable_ms) {
+      slot.backoff_ms = 0;  // it ran long enough: a crash, not a crash loop
+    } else {
+      slot.backoff_ms =
+          std::clamp(slot.backoff_ms * 2, options_.backoff_min_ms, options_.backoff_max_ms);
+    }
+    if (slot.backoff_ms == 0) {
+      slot.status = "starting";
+      loop_.defer([this, i = child->slot] { spawn(i); });
+    } else {
+      slot.status = "backoff";
+      log_.warn("process_backoff", "slot={} backoff_ms={} restarts={}", child->slot,
+                slot.backoff_ms, slot.restarts);
+      slot.respawn.arm_after(slot.backoff_ms);
+    }
+  }
+  // A new generation's process that died before it was ready leaves the old one serving.
+  auto it = std::find_if(children_.begin(), children_.end(),
+                         [child](const auto& c) { return c.get() == child; });
+  loop_.destroy_later(std::move(*it));
+  children_.erase(it);
+  check_finished();
+}
+
+void Supervisor::reload(std::shared_ptr<ListenerSet> listeners, ChildMain main) {
+  if (terminating_) return;
+  listeners_ = std::move(listeners);
+  main_ = std::move(main);
+  ++generation_;
+  log_.info("reload", "generation={}", generation_);
+  for (auto& slot : slots_) {
+    slot->respawn.cancel();
+    slot->backoff_ms = 0;
+    if (!slot->current) slot->status = "starting";
+  }
+  for (int i = 0; i < options_.processes; ++i) spawn(i);
+}
+
+void Supervisor::kill_all(int signo, bool old_only) {
+  for (auto& c : children_) {
+    if (old_only && c->generation == generation_) continue;
+    if (signo == SIGTERM) {
+      if (c->sent_term) continue;
+      c->sent_term = true;
+    }
+    kill(c->pid, signo);
+  }
+}
+
+void Supervisor::terminate() {
+  if (terminating_) {
+    if (!killed_) {
+      killed_ = true;
+      log_.warn("terminate_forced", "processes={} action=SIGKILL", children_.size());
+      kill_all(SIGKILL, false);
+    }
+    return;
+  }
+  terminating_ = true;
+  for (auto& slot : slots_) slot->respawn.cancel();
+  log_.info("terminate", "processes={}", children_.size());
+  kill_all(SIGTERM, false);
+  stop_deadline_.arm_after(options_.stop_timeout_ms);
+  check_finished();
+}
+
+void Supervisor::check_finished() {
+  if (finished_ || !children_.empty()) return;
+  bool pending = false;
+  for (auto& slot : slots_) pending = pending || slot->respawn.armed() || slot->current;
+  if (!terminating_ && pending) return;
+  finished_ = true;
+  stop_deadline_.cancel();
+  if (on_finished) loop_.defer(on_finished);
+}
+
+std::vector<SlotState> Supervisor::state() const {
+  std::vector<SlotState> out;
+  for (const auto& s : slots_) {
+    SlotState st;
+    st.index = s->index;
+    st.pid = s->current ? s->current->pid : 0;
+    st.cpu = s->cpu;
+    st.generation = s->current ? s->current->generation : generation_;
+    st.started_at = s->started_at;
+    st.restarts = s->restarts;
+    st.last_exit = s->last_exit;
+    st.backoff_ms = s->backoff_ms;
+    st.status = s->status;
+    out.push_back(std::move(st));
+  }
+  return out;
+}
+
+int run_fanout(core::Logger& log, SupervisorOptions options, std::shared_ptr<ListenerSet> listeners,
+               ChildMain main, FanoutHooks hooks) {
+  core::EventLoop loop;
+  Supervisor sup(loop, log, std::move(options));
+  sup.on_finished = [&] { loop.stop(); };
+  auto term = [&](const signalfd_siginfo& si) {
+    log.info("signal", "signo={}", si.ssi_signo);
+    sup.terminate();
+  };
+  (void)loop.on_signal(SIGTERM, term);
+  (void)loop.on_signal(SIGINT, term);
+  (void)loop.on_signal(SIGHUP, [&](const signalfd_siginfo&) {
+    if (!hooks.on_reload) return;
+    auto next_listeners = sup.listeners();
+    ChildMain next_main;
+    if (hooks.on_reload(next_listeners, next_main)) sup.reload(next_listeners, next_main);
+  });
+  signal(SIGPIPE, SIG_IGN);
+  if (auto r = sup.start(std::move(listeners), std::move(main)); !r) {
+    log.error("fanout_failed", "error=\"{}\"", r.error().reason);
+    return -1;
+  }
+  if (hooks.on_started) hooks.on_started(sup);
+  loop.run();
+  log.info("supervisor_stopped", "generation={}", sup.generation());
+  log.flush();
+  return 0;
+}
+
+}  // namespace corral::fanout

@@ -1,0 +1,145 @@
+// Supervisor: the fan-out of corral (the `wired_srvworkers_run` design, with its gaps closed).
+// It creates every listening socket before forking (one SO_REUSEPORT socket per slot and address,
+// kept open here for the supervisor's whole life), forks one server process per slot, optionally
+// pinned, and supervises them on its own event loop through a pidfd per child:
+//
+//  * slot i always has socket i and CPU i; a process killed by a signal or exiting non-zero is
+//    re-forked into the same slot. Exit 0 is not respawned, nor kExitBadConfig (78). A process
+//    that dies within `stable_ms` of its start backs off exponentially (100 ms -> 30 s); one that
+//    ran longer is respawned at once and its backoff is reset.
+//  * terminate(): SIGTERM once to every live process, no more respawns; a second terminate() or
+//    the stop deadline sends SIGKILL. on_finished runs when every process has been reaped.
+//  * reload(): a new generation with a new spec (and, if the addresses changed, new sockets).
+//    Old process i is sent SIGTERM only once new process i reports ready, so a slot is never
+//    without a process accepting, and a new generation that fails to start leaves the old one
+//    serving. Unchanged sockets are shared by both generations: nothing is refused.
+//
+// A dead process's socket stays open here, so connections the kernel queued for it wait for its
+// replacement instead of being reset. Children arm PR_SET_PDEATHSIG(SIGTERM) and then check that
+// their parent is still this process (the parent may have died before prctl).
+//
+// Single-threaded; one Supervisor per process (fork and signal dispositions are process-wide).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <ctime>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/event_loop.h"
+#include "core/log.h"
+#include "core/socket.h"
+#include "core/unique_fd.h"
+
+namespace corral::fanout {
+
+constexpr int kExitBadConfig = 78;  // a child exiting with this is not respawned
+
+// The listening sockets of one configuration: per slot, one socket per address.
+struct ListenerSet {
+  std::vector<core::SocketAddress> addresses;       // as bound (port 0 resolved)
+  std::vector<std::vector<core::UniqueFd>> slots;   // slots[i][a]
+};
+// Binds `addresses` once per slot with SO_REUSEPORT; a port 0 is resolved by the first socket and
+// reused by the others so every slot shares it.
+core::Result<ListenerSet> make_listeners(const std::vector<core::SocketAddress>& addresses,
+                                         int slots);
+
+// What a child gets: its slot, its CPU, its sockets, and a way to say it is serving.
+struct ChildContext {
+  int slot = 0;
+  int cpu = -1;  // -1: not pinned
+  uint64_t generation = 0;
+  std::vector<int> listen_fds;  // this slot's sockets, one per address (owned by the child)
+  int ready_fd = -1;
+  // Tells the supervisor this process is serving (listeners adopted, routes published).
+  void notify_ready() const;
+};
+
+// Runs in the forked child; its return value is the child's exit status. It must not return into
+// the caller's stack frames in any other way (the supervisor _exit()s with the value).
+using ChildMain = std::function<int(const ChildContext&)>;
+
+struct SupervisorOptions {
+  int processes = 1;
+  bool pin = false;
+  std::vector<int> cpus;            // allowed CPUs (slot i -> cpus[i] when pinning)
+  uint32_t stable_ms = 1'000;       // a process that ran this long resets its backoff
+  uint32_t backoff_min_ms = 100;
+  uint32_t backoff_max_ms = 30'000;
+  uint32_t stop_timeout_ms = 20'000;  // after SIGTERM, SIGKILL what is left
+};
+
+struct SlotState {
+  int index = 0;
+  pid_t pid = 0;  // 0: no process (waiting for a respawn, or exited)
+  int cpu = -1;
+  uint64_t generation = 0;
+  time_t started_at = 0;
+  uint32_t restarts = 0;
+  std::string last_exit;  // "exit 3", "signal 9", "" if none yet
+  uint32_t backoff_ms = 0;
+  std::string status;  // starting | running | backoff | exited | failed (bad config) | stopped
+};
+
+class Supervisor {
+ public:
+  Supervisor(core::EventLoop& loop, core::Logger& log, SupervisorOptions options);
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
+  ~Supervisor();
+
+  // Forks every slot. Fails (and forks nothing more) if the first fork fails.
+  core::Result<void> start(std::shared_ptr<ListenerSet> listeners, ChildMain main);
+  // A new generation with `main` and `listeners` (pass the current set to keep the sockets).
+  void reload(std::shared_ptr<ListenerSet> listeners, ChildMain main);
+  void terminate();
+
+  std::vector<SlotState> state() const;
+  const std::shared_ptr<ListenerSet>& listeners() const { return listeners_; }
+  uint64_t generation() const { return generation_; }
+  bool terminating() const { return terminating_; }
+  size_t live_processes() const { return children_.size(); }
+  std::function<void()> on_finished;  // every process reaped after terminate(), or all exited 0
+
+ private:
+  struct Child;
+  struct Slot;
+  void spawn(int slot);
+  void on_child_exit(Child* child, int code, int signo);
+  void on_child_ready(Child* child);
+  void check_finished();
+  void kill_all(int signo, bool old_only);
+
+  core::EventLoop& loop_;
+  core::Logger& log_;
+  SupervisorOptions options_;
+  pid_t self_;
+  uint64_t generation_ = 0;
+  std::shared_ptr<ListenerSet> listeners_;  // shared: an old generation keeps its own set open
+                                            // until its last process is gone
+  ChildMain main_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::vector<std::unique_ptr<Child>> children_;
+  bool terminating_ = false;
+  bool killed_ = false;
+  bool finished_ = false;
+  core::Timer stop_deadline_;
+};
+
+// The seed's library call: fork `processes` server processes running `main`, supervise them, and
+// forward SIGTERM/SIGINT. Returns -1 if the first fork fails, else 0 once every process has been
+// reaped (after SIGTERM, or when all exited 0). Call once, from a single-threaded caller.
+// `on_reload` (SIGHUP) may return a new ChildMain and listener set to start a new generation.
+struct FanoutHooks {
+  std::function<bool(std::shared_ptr<ListenerSet>&, ChildMain&)> on_reload;
+  std::function<void(Supervisor&)> on_started;
+};
+int run_fanout(core::Logger& log, SupervisorOptions options, std::shared_ptr<ListenerSet> listeners,
+               ChildMain main, FanoutHooks hooks = {});
+
+}  // namespace corral::fanout
