@@ -137,11 +137,17 @@ void Connection::on_readable() {
     return;
   }
   if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-  // EOF or error: an idle connection just ends; a response in progress is aborted.
+  // EOF or error. A stream in progress is aborted (its reader is gone); responses already
+  // queued for complete requests are still written (the client may have only shut down its
+  // sending side); a half-sent request is dropped.
   peer_eof_ = true;
-  if (n < 0 || phase_ == Phase::kIdle || phase_ == Phase::kHead || phase_ == Phase::kBody ||
-      producer_) {
+  if (n < 0 || producer_) {
     abort_stream();
+    close_now();
+    return;
+  }
+  if (out_.empty() && !file_active_ && phase_ != Phase::kWaitingSite &&
+      phase_ != Phase::kResponding) {
     close_now();
     return;
   }
@@ -253,7 +259,7 @@ void Connection::write_head(int status, const Response& r, std::string_view cont
                             int64_t length, bool chunked,
                             const std::vector<std::pair<std::string, std::string>>* extra) {
   const auto& opt = server_.options();
-  const bool http10 = req_.version_minor == 0;
+  const bool http10 = req_.version_major == 1 && req_.version_minor == 0;
   out_.append(http10 ? "HTTP/1.0 " : "HTTP/1.1 ");
   append_uint(out_, static_cast<uint64_t>(status));
   out_.append(' ');

@@ -99,6 +99,8 @@ class RequestParser {
   static int on_body(llhttp_t*, const char*, size_t);
   static int on_message_complete(llhttp_t*);
   Result error_from_llhttp(llhttp_errno_t err, std::string_view data);
+  bool crlf_before(const char* at) const;  // the two bytes before `at` are CRLF
+  int trailer_refused(std::string_view reason);
   int check_head();
 
   ParserLimits limits_;
@@ -108,6 +110,13 @@ class RequestParser {
   core::Buffer body_;
   Request* req_ = nullptr;
   std::string_view pending_field_;
+  // Trailer section checks (llhttp 8.1 is lenient there): where this feed's data starts, the
+  // last two bytes of the previous feed, and whether a value was already seen for this field.
+  const char* data_begin_ = nullptr;
+  char tail_[2] = {0, 0};
+  bool in_trailers_ = false;
+  bool trailer_field_open_ = false;  // a trailer name is arriving (possibly in pieces)
+  bool trailer_value_done_ = false;  // this field's value is complete: more value is obs-fold
   size_t head_len_ = 0;
   bool head_done_ = false;
   bool complete_ = false;
