@@ -2,10 +2,15 @@
 #include <CLI/CLI.hpp>
 #include <sys/stat.h>
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "cli/config.h"
+#include "control/control_site.h"
 #include "cli/sites.h"
 #include "fanout/cpus.h"
 #include "fanout/supervisor.h"
@@ -19,7 +24,7 @@ constexpr const char* kVersion = "0.1.0";
 
 // What the command line said; applied over the file on every (re)load.
 struct Flags {
-  std::string config_path, listen, root, log_level;
+  std::string config_path, listen, root, log_level, state_dir;
   bool no_access_log = false;
   int processes = -1;  // -1: not given
   bool pin = false;
@@ -84,6 +89,18 @@ cli::ConfigErrors prepare(const Flags& flags, core::Logger& log, Prepared& out) 
   return errors;
 }
 
+// --state-dir, else $XDG_STATE_HOME/corral, else ./.corral; created 0700.
+core::Result<std::string> state_directory(const std::string& flag) {
+  std::string dir = flag;
+  if (dir.empty()) {
+    const char* xdg = getenv("XDG_STATE_HOME");
+    dir = xdg && *xdg ? std::string(xdg) + "/corral" : ".corral";
+  }
+  if (mkdir(dir.c_str(), 0700) < 0 && errno != EEXIST)
+    return core::errno_error(("state directory " + dir).c_str());
+  return dir;
+}
+
 int print_problems(const cli::ConfigErrors& errors, const std::string& where) {
   for (const auto& p : errors.problems) std::cerr << "corral: " << where << ": " << p << "\n";
   return cli::kExitBadConfig;
@@ -112,6 +129,10 @@ fanout::ChildMain child_main(std::shared_ptr<const Prepared> p, core::Logger& lo
       ctx.notify_ready();
     };
     log.set_level(p->config.log_level);
+    // Fault injection for the fan-out's tests: a slot that crashes at startup (a crash loop).
+    if (const char* crash = getenv("CORRAL_TEST_CRASH_AT_START");
+        crash && std::to_string(ctx.slot) == crash)
+      abort();
     return http::run_server(log, run, p->site);
   };
 }
@@ -184,7 +205,28 @@ int serve(const Flags& flags) {
     main = child_main(prepared, log, flags);
     return true;
   };
+  auto dir = state_directory(flags.state_dir);
+  if (!dir) return print_problems({{dir.error().reason}}, "state-dir");
+  std::string control_path = dir.value() + "/control.sock";
+  hooks.on_started = [&](core::EventLoop& loop,
+                         fanout::Supervisor& sup) -> std::shared_ptr<void> {
+    auto fd = core::listen_unix(control_path);
+    if (!fd) {
+      log.error("control_failed", "path={} error=\"{}\"", control_path, fd.error().reason);
+      return nullptr;
+    }
+    http::ServerOptions opts;
+    opts.access_log = false;
+    auto server = std::make_shared<http::Server>(loop, log, opts);
+    http::SiteBuilder site;
+    control::add_process_routes(site, sup);
+    (void)server->adopt_listener(std::move(fd.value()));
+    server->publish(site.build().value());
+    log.info("control_listening", "path={}", control_path);
+    return server;
+  };
   int r = fanout::run_fanout(log, options, set, child_main(prepared, log, flags), hooks);
+  unlink(control_path.c_str());
   return r < 0 ? 1 : 0;
 }
 
@@ -206,12 +248,37 @@ int main(int argc, char** argv) {
                         "CPU, N (at most 64) N under a supervisor");
   serve_cmd->add_flag("--pin", flags.pin, "Pin process i to the i-th CPU this process may use");
   serve_cmd->add_option("--log-level", flags.log_level, "debug, info, warn or error");
+  serve_cmd->add_option("--state-dir", flags.state_dir,
+                        "State directory (default $XDG_STATE_HOME/corral or ./.corral)");
   serve_cmd->add_flag("--no-access-log", flags.no_access_log, "Do not log one line per request");
 
   auto* check = app.add_subcommand("check", "Validate a configuration file and print every problem");
   check->add_option("--config", flags.config_path, "TOML configuration file")->required();
 
+  auto* ctl = app.add_subcommand("ctl", "Ask a running supervisor (its control socket)");
+  std::string ctl_what = "processes";
+  ctl->add_option("WHAT", ctl_what, "processes")->check(CLI::IsMember({"processes"}));
+  ctl->add_option("--state-dir", flags.state_dir, "The state directory of the running corral");
+
   CLI11_PARSE(app, argc, argv);
+
+  if (ctl->parsed()) {
+    auto dir = state_directory(flags.state_dir);
+    if (!dir) return print_problems({{dir.error().reason}}, "state-dir");
+    auto fd = core::connect_unix(dir.value() + "/control.sock");
+    if (!fd) {
+      std::cerr << "corral: " << fd.error().reason << " (is corral serve --processes N running?)\n";
+      return 1;
+    }
+    std::string req = "GET /" + ctl_what + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    if (::write(fd->get(), req.data(), req.size()) != static_cast<ssize_t>(req.size())) return 1;
+    std::string resp;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd->get(), buf, sizeof buf)) > 0;) resp.append(buf, static_cast<size_t>(n));
+    auto body = resp.find("\r\n\r\n");
+    std::cout << (body == std::string::npos ? resp : resp.substr(body + 4)) << "\n";
+    return resp.rfind("HTTP/1.1 200", 0) == 0 ? 0 : 1;
+  }
 
   if (check->parsed()) {
     cli::Config config;

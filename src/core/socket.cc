@@ -3,6 +3,9 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/tcp.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -91,6 +94,33 @@ Result<UniqueFd> listen_tcp(const SocketAddress& addr, const ListenOptions& opts
   if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr.storage), addr.len) < 0)
     return errno_error(("bind " + addr.to_string()).c_str());
   if (::listen(fd.get(), opts.backlog) < 0) return errno_error("listen");
+  return fd;
+}
+
+Result<UniqueFd> listen_unix(const std::string& path, int backlog) {
+  sockaddr_un sun{};
+  if (path.size() >= sizeof sun.sun_path) return Error{ENAMETOOLONG, "socket path too long: " + path};
+  sun.sun_family = AF_UNIX;
+  std::memcpy(sun.sun_path, path.c_str(), path.size() + 1);
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd) return errno_error("socket(AF_UNIX)");
+  ::unlink(path.c_str());
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&sun), sizeof sun) < 0)
+    return errno_error(("bind " + path).c_str());
+  ::chmod(path.c_str(), 0600);
+  if (::listen(fd.get(), backlog) < 0) return errno_error("listen");
+  return fd;
+}
+
+Result<UniqueFd> connect_unix(const std::string& path) {
+  sockaddr_un sun{};
+  if (path.size() >= sizeof sun.sun_path) return Error{ENAMETOOLONG, "socket path too long: " + path};
+  sun.sun_family = AF_UNIX;
+  std::memcpy(sun.sun_path, path.c_str(), path.size() + 1);
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return errno_error("socket(AF_UNIX)");
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sun), sizeof sun) < 0)
+    return errno_error(("connect " + path).c_str());
   return fd;
 }
 

@@ -32,6 +32,10 @@ struct ListenOptions {
   bool reuse_port = false;
 };
 Result<UniqueFd> listen_tcp(const SocketAddress& addr, const ListenOptions& opts = {});
+// A listening Unix stream socket at `path` (an old socket file there is replaced), mode 0600.
+Result<UniqueFd> listen_unix(const std::string& path, int backlog = 128);
+// A blocking connection to a Unix stream socket.
+Result<UniqueFd> connect_unix(const std::string& path);
 // The address a socket is bound to (to learn the port after binding port 0).
 Result<SocketAddress> local_address(int fd);
 

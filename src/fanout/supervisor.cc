@@ -378,8 +378,10 @@ int run_fanout(core::Logger& log, SupervisorOptions options, std::shared_ptr<Lis
     log.error("fanout_failed", "error=\"{}\"", r.error().reason);
     return -1;
   }
-  if (hooks.on_started) hooks.on_started(sup);
+  std::shared_ptr<void> services;
+  if (hooks.on_started) services = hooks.on_started(loop, sup);
   loop.run();
+  services.reset();
   log.info("supervisor_stopped", "generation={}", sup.generation());
   log.flush();
   return 0;

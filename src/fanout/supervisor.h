@@ -137,7 +137,9 @@ class Supervisor {
 // `on_reload` (SIGHUP) may return a new ChildMain and listener set to start a new generation.
 struct FanoutHooks {
   std::function<bool(std::shared_ptr<ListenerSet>&, ChildMain&)> on_reload;
-  std::function<void(Supervisor&)> on_started;
+  // After the first generation is forked: may start more services on the supervisor's loop (the
+  // control API); what it returns is destroyed before the loop.
+  std::function<std::shared_ptr<void>(core::EventLoop&, Supervisor&)> on_started;
 };
 int run_fanout(core::Logger& log, SupervisorOptions options, std::shared_ptr<ListenerSet> listeners,
                ChildMain main, FanoutHooks hooks = {});

@@ -21,6 +21,8 @@ constexpr size_t kReadSize = 16 * 1024;
 constexpr size_t kHighWater = 256 * 1024;
 constexpr size_t kLowWater = 64 * 1024;
 constexpr size_t kMaxLeadingEmptyLines = 4;
+// How long an idle keep-alive connection is kept once the server drains (see begin_close()).
+constexpr uint32_t kDrainGraceMs = 100;
 
 bool header_safe(std::string_view s) {
   for (char c : s)
@@ -318,7 +320,8 @@ void Connection::write_response(Response& r) {
   status_ = r.status;
   head_only_ = req_.method == Method::kHead;
   body_bytes_ = 0;
-  if (!parser_.keep_alive() || server_.closing() || peer_eof_) close_after_write_ = true;
+  if (!parser_.keep_alive() || closing_ || server_.closing() || peer_eof_)
+    close_after_write_ = true;
   // Headers a route set must not break the framing.
   for (const auto& [k, v] : r.headers) {
     if (k.empty() || !header_safe(k) || !header_safe(v)) {
@@ -588,7 +591,8 @@ void Connection::flush() {
       }
     }
     if (in_.empty() && read_timer_kind_ != ReadTimer::kIdle) {
-      arm_read_timer(ReadTimer::kIdle, server_.options().keepalive_timeout_ms);
+      arm_read_timer(ReadTimer::kIdle,
+                     closing_ ? kDrainGraceMs : server_.options().keepalive_timeout_ms);
       if (out_.capacity() > 1024 * 1024) out_.release();
     }
   }
@@ -625,13 +629,16 @@ void Connection::start_linger() {
 
 void Connection::begin_close() {
   if (closed_) return;
-  close_after_write_ = true;
-  if (phase_ == Phase::kIdle && out_.empty() && !file_active_ && !producer_) {
-    if (in_.empty()) {
-      close_now();
-    } else {
-      start_linger();
-    }
+  closing_ = true;  // the next response is the last one (write_response adds Connection: close)
+  if (phase_ == Phase::kResponding) {
+    close_after_write_ = true;  // its head may be out already: close once it is complete
+    return;
+  }
+  if (phase_ == Phase::kIdle && out_.empty() && !file_active_ && !producer_ && in_.empty()) {
+    // An idle keep-alive connection: a request may already be on its way (a client under load
+    // sends the next one the moment it read a response). Serve it as the last if it arrives
+    // within a short grace, else close: closing at once would reset such a request.
+    arm_read_timer(ReadTimer::kIdle, kDrainGraceMs);
   }
 }
 

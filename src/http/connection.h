@@ -93,6 +93,7 @@ class Connection final : public core::IoHandler, private StreamWriter {
   Phase phase_ = Phase::kIdle;
   uint32_t interest_ = 0;
   bool closed_ = false;
+  bool closing_ = false;            // draining: the next response is the last
   bool close_after_write_ = false;
   bool peer_eof_ = false;
   bool flush_scheduled_ = false;

@@ -1,0 +1,27 @@
+#include "control/control_site.h"
+
+#include <nlohmann/json.hpp>
+
+namespace corral::control {
+
+void add_process_routes(http::SiteBuilder& site, const fanout::Supervisor& supervisor) {
+  site.route("GET /processes", [&supervisor](http::Request&) {
+    nlohmann::json slots = nlohmann::json::array();
+    for (const auto& s : supervisor.state()) {
+      slots.push_back({{"index", s.index},
+                       {"pid", s.pid},
+                       {"cpu", s.cpu},
+                       {"generation", s.generation},
+                       {"started_at", s.started_at},
+                       {"restarts", s.restarts},
+                       {"last_exit", s.last_exit},
+                       {"backoff_ms", s.backoff_ms},
+                       {"status", s.status}});
+    }
+    return http::Response::json({{"generation", supervisor.generation()},
+                                 {"terminating", supervisor.terminating()},
+                                 {"processes", slots}});
+  });
+}
+
+}  // namespace corral::control
