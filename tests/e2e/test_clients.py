@@ -7,12 +7,33 @@ import email.utils
 import http.client
 import json
 import re
+import select
 import subprocess
 import time
 
+import pytest
 import requests
 
-from conftest import read_response
+from conftest import Server, read_response
+
+
+@pytest.fixture(autouse=True)
+def _close_client_sockets(server_factory, monkeypatch):
+    """Closes every socket a test opened with Server.connect() before the servers are stopped:
+    a failed assertion keeps its frame (and socket) alive, and a half-sent request would hold a
+    graceful shutdown for close_ms."""
+    opened = []
+    connect = Server.connect
+
+    def tracking_connect(self, timeout=5.0):
+        s = connect(self, timeout)
+        opened.append(s)
+        return s
+
+    monkeypatch.setattr(Server, "connect", tracking_connect)
+    yield
+    for s in opened:
+        s.close()
 
 
 class _Prefixed:
@@ -195,6 +216,33 @@ def test_expect_100_continue_raw(site):
     s.sendall(b"hello world")
     status, _, body, _ = read_response(s)
     assert (status, body) == (200, b"11")
+    s.close()
+
+
+def test_expect_100_continue_ignored_for_http10(site):
+    # RFC 9110 §10.1.1: an HTTP/1.0 request's 100-continue expectation MUST be ignored. There is no
+    # event for "the server chose not to answer": give it a bounded moment to (wrongly) send one.
+    s = site.connect()
+    s.sendall(b"POST /upload HTTP/1.0\r\nHost: localhost\r\nContent-Length: 3\r\n"
+              b"Expect: 100-continue\r\n\r\n")
+    ready, _, _ = select.select([s], [], [], 0.5)
+    early = s.recv(65536) if ready else b""
+    assert b"100 Continue" not in early, early
+    s.sendall(b"abc")
+    data = early + read_to_eof(s)
+    assert data.startswith(b"HTTP/1.0 200 "), data[:80]
+    assert data.endswith(b"\r\n\r\n3")
+    s.close()
+
+
+def test_expect_100_continue_refused_body_never_read(site):
+    # A body over limits.max_body is refused from the head alone: 413, not 100.
+    s = site.connect()
+    s.sendall(b"POST /upload HTTP/1.1\r\nHost: localhost\r\nContent-Length: 999999999\r\n"
+              b"Expect: 100-continue\r\n\r\n")
+    status, headers, _, _ = read_response(s)
+    assert status == 413
+    assert headers.get("connection") == "close"
     s.close()
 
 

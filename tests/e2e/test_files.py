@@ -13,7 +13,26 @@ import subprocess
 import pytest
 import requests
 
-from conftest import CORRAL_BIN, read_response, recv_all
+from conftest import Server, CORRAL_BIN, read_response, recv_all
+
+
+@pytest.fixture(autouse=True)
+def _close_client_sockets(server_factory, monkeypatch):
+    """Closes every socket a test opened with Server.connect() before the servers are stopped:
+    a failed assertion keeps its frame (and socket) alive, and a half-sent request would hold a
+    graceful shutdown for close_ms."""
+    opened = []
+    connect = Server.connect
+
+    def tracking_connect(self, timeout=5.0):
+        s = connect(self, timeout)
+        opened.append(s)
+        return s
+
+    monkeypatch.setattr(Server, "connect", tracking_connect)
+    yield
+    for s in opened:
+        s.close()
 
 BIG = bytes(range(256)) * 4096  # the fixture's www/big.bin (1 MiB)
 
@@ -195,6 +214,68 @@ def test_if_range(site):
     assert r.content == BIG
 
 
+def test_preconditions_412(site):
+    etag = get(site, "/files/hello.txt").headers["ETag"]
+    assert get(site, "/files/hello.txt", **{"If-Match": etag}).status_code == 200
+    assert get(site, "/files/hello.txt", **{"If-Match": "*"}).status_code == 200
+    r = get(site, "/files/hello.txt", **{"If-Match": '"zzz"'})
+    assert r.status_code == 412
+    assert b"hello file" not in r.content
+    r = get(site, "/files/hello.txt",
+            **{"If-Unmodified-Since": "Sat, 01 Jan 2000 00:00:00 GMT"})
+    assert r.status_code == 412
+
+
+def test_head_multiple_ranges(site):
+    g = get(site, "/files/big.bin", Range="bytes=0-9,100-109")
+    h = requests.head(site.url + "/files/big.bin", headers={"Range": "bytes=0-9,100-109"},
+                      timeout=5)
+    assert h.status_code == 206
+    assert h.content == b""
+    assert h.headers["Content-Type"].startswith("multipart/byteranges")
+    assert h.headers["Content-Length"] == g.headers["Content-Length"]
+
+
+def test_pipelined_files_and_routes_in_order(site, tmp_path):
+    data = os.urandom(3 * 1024 * 1024)
+    (tmp_path / "www" / "rand.bin").write_bytes(data)
+    s = site.connect()
+    h = b"Host: localhost\r\n"
+    s.sendall(b"GET /files/rand.bin HTTP/1.1\r\n" + h + b"\r\n"
+              b"GET /hello HTTP/1.1\r\n" + h + b"\r\n"
+              b"GET /files/rand.bin HTTP/1.1\r\n" + h + b"Range: bytes=0-9,100-109\r\n\r\n"
+              b"GET /slow?ms=100 HTTP/1.1\r\n" + h + b"\r\n"
+              b"GET /download/hello.txt HTTP/1.1\r\n" + h + b"Range: bytes=0-4\r\n\r\n"
+              b"GET /users/2 HTTP/1.1\r\n" + h + b"\r\n")
+    got = []
+    left = b""
+    for _ in range(6):
+        class Pre:
+            def __init__(self, p):
+                self.p = p
+
+            def settimeout(self, t):
+                s.settimeout(t)
+
+            def recv(self, n):
+                if self.p:
+                    out, self.p = self.p[:n], self.p[n:]
+                    return out
+                return s.recv(n)
+        status, headers, body, left = read_response(Pre(left))
+        got.append((status, headers, body))
+    assert got[0][0] == 200 and hashlib.sha256(got[0][2]).digest() == hashlib.sha256(data).digest()
+    assert got[1][0:3:2] == (200, b"hello")
+    assert got[2][0] == 206
+    parts = parse_multipart(got[2][1]["content-type"], got[2][2])
+    assert [d for _, d in parts] == [data[0:10], data[100:110]]
+    assert got[3][0:3:2] == (200, b"slow done\n")
+    assert got[4][0:3:2] == (206, b"hello")
+    assert got[4][1]["content-disposition"].startswith("attachment;")
+    assert got[5][0:3:2] == (200, b'{"id":"2"}')
+    assert left == b""
+
+
 # --- downloads, directories -------------------------------------------------------------------
 
 
@@ -225,6 +306,18 @@ def test_directory_index_and_redirect(site):
     # requests follows the redirect to the index.
     r = get(site, "/files/sub")
     assert r.status_code == 200 and r.content == b"<p>sub index</p>\n"
+
+
+def test_directory_redirect_keeps_target_encoding(site, tmp_path):
+    for name in ("sp ace", "a?b"):
+        (tmp_path / "www" / name).mkdir()
+        (tmp_path / "www" / name / "index.html").write_text(name)
+    status, headers, _ = raw_get(site, b"/files/sp%20ace")
+    assert status == 301 and headers["location"] == "/files/sp%20ace/"
+    # Decoding the path into the Location would turn "%3F" into a query.
+    status, headers, _ = raw_get(site, b"/files/a%3Fb")
+    assert status == 301 and headers["location"] == "/files/a%3Fb/"
+    assert get(site, "/files/a%3Fb/").text == "a?b"
 
 
 def test_directory_without_index(site, tmp_path):
