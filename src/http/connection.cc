@@ -159,7 +159,12 @@ void Connection::on_readable() {
 void Connection::process_input() {
   if (in_process_) return;  // re-entered from a stream that ended inside on_start
   in_process_ = true;
-  while (!closed_ && !in_.empty()) {
+  while (!closed_) {
+    if (upgrade_) {
+      hand_over();
+      return;  // `this` is closed now
+    }
+    if (in_.empty()) break;
     if (phase_ == Phase::kResponding || phase_ == Phase::kWaitingSite ||
         phase_ == Phase::kLingering || close_after_write_)
       break;
@@ -243,6 +248,21 @@ void Connection::dispatch() {
   phase_ = Phase::kResponding;
   Response response = site_->handle(req_);
   write_response(response);
+}
+
+void Connection::hand_over() {
+  in_process_ = false;
+  auto handler = std::move(upgrade_);
+  UpgradeContext ctx{loop_, server_, {}, std::string(in_.view()), std::string(out_.view()),
+                     peer_ip_};
+  in_.clear();
+  out_.clear();
+  loop_.remove(fd_.get());
+  ctx.fd = std::move(fd_);
+  read_timer_.cancel();
+  write_timer_.cancel();
+  close_now();
+  handler->take_over(std::move(ctx));
 }
 
 void Connection::site_ready() {
@@ -398,6 +418,27 @@ void Connection::write_response(Response& r) {
     log_method_.assign(req_.method_name);
     log_target_.assign(req_.target);
     return;  // flush() sends the file; finish_request() follows
+  }
+  if (auto* up = std::get_if<UpgradeBody>(&r.body)) {
+    // 101: the head goes out, then the connection is handed over (process_input, after the
+    // upgrade request's bytes are consumed). No Connection: close, no keep-alive header.
+    close_after_write_ = false;
+    out_.append("HTTP/1.1 101 Switching Protocols\r\nServer: ");
+    out_.append(server_.options().server_name);
+    out_.append("\r\nDate: ");
+    out_.append(server_.date());
+    out_.append("\r\n");
+    for (const auto& [k, v] : r.headers) {
+      out_.append(k);
+      out_.append(": ");
+      out_.append(v);
+      out_.append("\r\n");
+    }
+    out_.append("\r\n");
+    upgrade_ = std::move(up->handler);
+    finish_request();
+    phase_ = Phase::kResponding;  // nothing more is parsed as HTTP
+    return;
   }
   auto& stream = std::get<StreamBody>(r.body);
   stream_chunked_ = !stream.length && req_.version_minor >= 1;

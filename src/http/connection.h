@@ -69,6 +69,7 @@ class Connection final : public core::IoHandler, private StreamWriter {
   void arm_read_timer(ReadTimer kind, uint32_t ms);
   void on_read_timer();
   void start_linger();
+  void hand_over();  // after a 101: the socket goes to the upgrade handler
   void access_log(int status, uint64_t bytes);
   void abort_stream();
   // StreamWriter
@@ -108,6 +109,7 @@ class Connection final : public core::IoHandler, private StreamWriter {
   uint64_t file_left_ = 0;      // bytes left in the current range
   bool file_active_ = false;
   std::unique_ptr<StreamProducer> producer_;
+  std::unique_ptr<UpgradeHandler> upgrade_;  // set by a 101 response until hand_over()
   bool stream_chunked_ = false;
   bool stream_ended_ = false;
   bool stream_wants_writable_ = false;

@@ -81,13 +81,8 @@ RequestParser::RequestParser(const ParserLimits& limits) : limits_(limits) {
   settings_.on_url = on_url;
   settings_.on_header_field = on_header_field;
   settings_.on_header_value = on_header_value;
-  settings_.on_header_field_complete = [](llhttp_t* p) {
-    self(p)->trailer_field_open_ = false;
-    return 0;
-  };
   settings_.on_header_value_complete = [](llhttp_t* p) {
     auto* s = self(p);
-    if (s->head_done_) s->trailer_value_done_ = true;
     if (!s->head_done_) {
       auto& list = s->req_->headers.list();
       // on_header_value stored the value span in the last entry's value, or nothing for "".
@@ -117,47 +112,15 @@ int RequestParser::on_url(llhttp_t* p, const char* at, size_t len) {
   return 0;
 }
 
-bool RequestParser::crlf_before(const char* at) const {
-  char b1, b2;  // the byte two before `at`, and the one just before
-  size_t off = static_cast<size_t>(at - data_begin_);
-  b2 = off >= 1 ? at[-1] : tail_[1];
-  b1 = off >= 2 ? at[-2] : (off == 1 ? tail_[1] : tail_[0]);
-  return b1 == '\r' && b2 == '\n';
-}
-
-int RequestParser::trailer_refused(std::string_view reason) {
-  cb_status_ = 400;
-  cb_reason_ = reason;
-  return -1;
-}
-
 int RequestParser::on_header_field(llhttp_t* p, const char* at, size_t len) {
   auto* s = self(p);
-  if (!s->head_done_) {
-    s->pending_field_ = {at, len};
-    return 0;
-  }
-  // A trailer field (maybe in pieces): its line must start after a CRLF (no bare LF line ends).
-  if (!s->trailer_field_open_) {
-    s->trailer_field_open_ = true;
-    s->trailer_value_done_ = false;
-    if (!s->crlf_before(at)) return s->trailer_refused("bare LF in trailer section");
-  }
+  if (!s->head_done_) s->pending_field_ = {at, len};
   return 0;
 }
 
 int RequestParser::on_header_value(llhttp_t* p, const char* at, size_t len) {
   auto* s = self(p);
-  if (!s->head_done_) {
-    s->req_->headers.add(s->pending_field_, trim_ows({at, len}));
-    return 0;
-  }
-  // Trailer values are dropped, but checked: no CR or LF inside, nothing after the value ended.
-  std::string_view v(at, len);
-  // llhttp delivers a folded line as a further value piece that starts right after a CRLF.
-  if (s->trailer_value_done_ || v.find_first_of("\r\n") != std::string_view::npos ||
-      s->crlf_before(at))
-    return s->trailer_refused("obs-fold in trailer section");
+  if (!s->head_done_) s->req_->headers.add(s->pending_field_, trim_ows({at, len}));
   return 0;
 }
 
@@ -230,6 +193,10 @@ int RequestParser::on_headers_complete(llhttp_t* p) {
   auto* s = self(p);
   int r = s->check_head();
   s->head_done_ = true;
+  if (r == 0 && (p->flags & F_CHUNKED)) {
+    s->is_chunked_ = true;
+    r = 1;  // "no body" for llhttp: ChunkedDecoder reads it (on_message_complete pauses first)
+  }
   // We never switch protocols here (WebSocket will take over before this point): without this,
   // llhttp reports the upgrade at the start of the next execute as a phantom empty message.
   p->upgrade = 0;
@@ -249,8 +216,10 @@ int RequestParser::on_body(llhttp_t* p, const char* at, size_t len) {
 
 int RequestParser::on_message_complete(llhttp_t* p) {
   auto* s = self(p);
-  s->complete_ = true;
-  s->req_->body = s->body_.view();
+  if (!s->is_chunked_) {
+    s->complete_ = true;
+    s->req_->body = s->body_.view();
+  }
   return HPE_PAUSED;
 }
 
@@ -306,26 +275,27 @@ RequestParser::Result RequestParser::feed(std::string_view data, Request& req) {
     if (o.state == HeadScanner::State::kError) return {Kind::kError, 0, o.status, o.reason};
     head_len_ = o.head_len;
   }
-  data_begin_ = data.data();
-  llhttp_errno_t err = llhttp_execute(&parser_, data.data(), data.size());
-  if (err == HPE_OK) {
-    if (data.size() >= 2) {
-      tail_[0] = data[data.size() - 2];
-      tail_[1] = data[data.size() - 1];
-    } else if (data.size() == 1) {
-      tail_[0] = tail_[1];
-      tail_[1] = data[0];
-    }
-    return {head_was_done ? Kind::kNeedMore : Kind::kHead, data.size(), 0, {}};
+  size_t off = 0;
+  if (!in_chunked_body_) {
+    llhttp_errno_t err = llhttp_execute(&parser_, data.data(), data.size());
+    if (err == HPE_OK) return {head_was_done ? Kind::kNeedMore : Kind::kHead, data.size(), 0, {}};
+    if (err != HPE_PAUSED) return error_from_llhttp(err, data);
+    off = static_cast<size_t>(llhttp_get_error_pos(&parser_) - data.data());
+    if (!is_chunked_) return {Kind::kComplete, off, 0, {}};
+    in_chunked_body_ = true;  // paused right after the head of a chunked request
   }
-  if (err == HPE_PAUSED) {
-    const char* end = llhttp_get_error_pos(&parser_);
-    // A chunked message must end with CRLF CRLF; llhttp 8.1 also takes a bare LF there.
-    if ((parser_.flags & F_CHUNKED) && !crlf_before(end))
-      return {Kind::kError, 0, 400, "bare LF at the end of the chunked body"};
-    return {Kind::kComplete, static_cast<size_t>(end - data.data()), 0, {}};
+  auto c = chunked_.feed(data.substr(off), body_, limits_.max_body, limits_.max_head_bytes);
+  switch (c.state) {
+    case ChunkedDecoder::State::kNeedMore:
+      return {head_was_done ? Kind::kNeedMore : Kind::kHead, data.size(), 0, {}};
+    case ChunkedDecoder::State::kError:
+      return {Kind::kError, 0, c.status, c.reason};
+    case ChunkedDecoder::State::kDone:
+      break;
   }
-  return error_from_llhttp(err, data);
+  complete_ = true;
+  req_->body = body_.view();
+  return {Kind::kComplete, off + c.consumed, 0, {}};
 }
 
 void RequestParser::next_request() {
@@ -336,8 +306,8 @@ void RequestParser::next_request() {
   pending_field_ = {};
   head_len_ = 0;
   head_done_ = complete_ = expect_continue_ = false;
-  in_trailers_ = trailer_field_open_ = trailer_value_done_ = false;
-  tail_[0] = tail_[1] = 0;
+  chunked_.reset();
+  is_chunked_ = in_chunked_body_ = false;
   cb_status_ = 0;
   cb_reason_ = {};
 }

@@ -19,6 +19,7 @@
 #include <string_view>
 
 #include "core/buffer.h"
+#include "http/chunked.h"
 #include "http/request.h"
 
 namespace corral::http {
@@ -99,8 +100,6 @@ class RequestParser {
   static int on_body(llhttp_t*, const char*, size_t);
   static int on_message_complete(llhttp_t*);
   Result error_from_llhttp(llhttp_errno_t err, std::string_view data);
-  bool crlf_before(const char* at) const;  // the two bytes before `at` are CRLF
-  int trailer_refused(std::string_view reason);
   int check_head();
 
   ParserLimits limits_;
@@ -110,13 +109,11 @@ class RequestParser {
   core::Buffer body_;
   Request* req_ = nullptr;
   std::string_view pending_field_;
-  // Trailer section checks (llhttp 8.1 is lenient there): where this feed's data starts, the
-  // last two bytes of the previous feed, and whether a value was already seen for this field.
-  const char* data_begin_ = nullptr;
-  char tail_[2] = {0, 0};
-  bool in_trailers_ = false;
-  bool trailer_field_open_ = false;  // a trailer name is arriving (possibly in pieces)
-  bool trailer_value_done_ = false;  // this field's value is complete: more value is obs-fold
+  // Chunked bodies are decoded by ChunkedDecoder, not llhttp (see chunked.h): llhttp is told the
+  // message has no body and pauses after the head.
+  ChunkedDecoder chunked_;
+  bool is_chunked_ = false;
+  bool in_chunked_body_ = false;
   size_t head_len_ = 0;
   bool head_done_ = false;
   bool complete_ = false;

@@ -69,6 +69,13 @@ Response Response::stream(std::unique_ptr<StreamProducer> producer, std::string_
   return r;
 }
 
+Response Response::upgrade(std::unique_ptr<UpgradeHandler> handler) {
+  Response r;
+  r.status = 101;
+  r.body = UpgradeBody{std::move(handler)};
+  return r;
+}
+
 std::optional<std::string_view> Response::find_header(std::string_view name) const {
   for (const auto& [k, v] : headers)
     if (iequals(k, name)) return std::string_view(v);

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "core/unique_fd.h"
+
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -17,6 +19,10 @@
 #include <utility>
 #include <variant>
 #include <vector>
+
+namespace corral::core {
+class EventLoop;
+}
 
 namespace corral::http {
 
@@ -58,6 +64,46 @@ class StreamProducer {
   virtual void on_abort() {}
 };
 
+class Server;
+
+// An upgraded connection the server still knows about: it is told when the server closes
+// (graceful: a WebSocket sends 1001) and when a new site is published (a socket whose route is
+// gone closes with 1012). Owned by whoever took the connection over; it attaches itself to the
+// Server and detaches before it is destroyed.
+class Upgraded {
+ public:
+  virtual void server_closing() = 0;
+  virtual void site_replaced(const class Site& site) = 0;
+  // close_ms passed during a graceful close: close now; detaches before returning.
+  virtual void force_close() = 0;
+  Upgraded* prev_ = nullptr;  // Server's intrusive list
+  Upgraded* next_ = nullptr;
+
+ protected:
+  ~Upgraded() = default;
+};
+
+// What an upgrade hands over once the 101 response is written: the socket, the bytes the client
+// sent after its upgrade request, and response bytes not yet written.
+struct UpgradeContext {
+  core::EventLoop& loop;
+  Server& server;
+  core::UniqueFd fd;
+  std::string leftover_input;
+  std::string pending_output;
+  std::string peer;  // the client's address, for logs
+};
+
+class UpgradeHandler {
+ public:
+  virtual ~UpgradeHandler() = default;
+  virtual void take_over(UpgradeContext ctx) = 0;
+};
+
+struct UpgradeBody {
+  std::unique_ptr<UpgradeHandler> handler;
+};
+
 struct StreamBody {
   std::unique_ptr<StreamProducer> producer;
   std::optional<uint64_t> length;  // known: Content-Length; unknown: chunked (HTTP/1.1)
@@ -66,7 +112,7 @@ struct StreamBody {
 class Response {
  public:
   using HeaderList = std::vector<std::pair<std::string, std::string>>;
-  using Body = std::variant<std::monostate, std::string, FileSpec, StreamBody>;
+  using Body = std::variant<std::monostate, std::string, FileSpec, StreamBody, UpgradeBody>;
 
   Response() = default;
   Response(Response&&) = default;
@@ -84,6 +130,9 @@ class Response {
   static Response stream(std::unique_ptr<StreamProducer> producer,
                          std::string_view content_type = "application/octet-stream",
                          std::optional<uint64_t> length = std::nullopt);
+
+  // 101 Switching Protocols; `handler` takes the connection over once the head is written.
+  static Response upgrade(std::unique_ptr<UpgradeHandler> handler);
 
   Response& header(std::string name, std::string value) {
     headers.emplace_back(std::move(name), std::move(value));

@@ -34,11 +34,13 @@ Server::Server(core::EventLoop& loop, core::Logger& log, ServerOptions options)
                    [this] {
                      log_.info("close_timeout", "connections={}", stats_.active);
                      while (head_) head_->close_now();
+                     while (upgraded_) upgraded_->force_close();
                    }),
       accept_pause_(loop.timers(), [this] { resume_accepting(); }) {}
 
 Server::~Server() {
   while (head_) head_->close_now();
+  while (upgraded_) upgraded_->force_close();
   loop_.defer([] {});  // destroyed connections are freed by the loop's graveyard
 }
 
@@ -63,6 +65,29 @@ void Server::publish(std::shared_ptr<const Site> site) {
   auto waiting = std::move(parked_);
   parked_.clear();
   for (Connection* c : waiting) c->site_ready();
+  for (Upgraded* u = upgraded_; u;) {
+    Upgraded* next = u->next_;
+    u->site_replaced(*site_);
+    u = next;
+  }
+}
+
+void Server::attach(Upgraded* u) {
+  u->prev_ = nullptr;
+  u->next_ = upgraded_;
+  if (upgraded_) upgraded_->prev_ = u;
+  upgraded_ = u;
+  ++stats_.active;
+  if (closing_) u->server_closing();
+}
+
+void Server::detach(Upgraded* u) {
+  if (u->prev_) u->prev_->next_ = u->next_;
+  if (u->next_) u->next_->prev_ = u->prev_;
+  if (upgraded_ == u) upgraded_ = u->next_;
+  u->prev_ = u->next_ = nullptr;
+  --stats_.active;
+  if (closing_) maybe_finish_close();
 }
 
 void Server::unpark(Connection* c) { std::erase(parked_, c); }
@@ -153,12 +178,17 @@ void Server::close(std::function<void()> done) {
     c->begin_close();
     c = next;
   }
-  if (head_) close_timer_.arm_after(options_.close_timeout_ms);
+  for (Upgraded* u = upgraded_; u;) {
+    Upgraded* next = u->next_;
+    u->server_closing();
+    u = next;
+  }
+  if (head_ || upgraded_) close_timer_.arm_after(options_.close_timeout_ms);
   maybe_finish_close();
 }
 
 void Server::maybe_finish_close() {
-  if (!closing_ || head_ || !close_done_) return;
+  if (!closing_ || head_ || upgraded_ || !close_done_) return;
   close_timer_.cancel();
   log_.flush();
   auto done = std::move(close_done_);

@@ -68,6 +68,11 @@ class Server {
   void close(std::function<void()> done);
   bool closing() const { return closing_; }
 
+  // Upgraded connections (WebSocket) stay known to the server: they count as connections, are
+  // told when the server closes and when a new site is published, and close() waits for them.
+  void attach(Upgraded* u);
+  void detach(Upgraded* u);
+
   const ServerStats& stats() const { return stats_; }
   const ServerOptions& options() const { return options_; }
   core::EventLoop& loop() { return loop_; }
@@ -94,6 +99,7 @@ class Server {
   std::shared_ptr<const Site> site_;
   std::shared_ptr<const AdmissionPolicy> policy_;
   Connection* head_ = nullptr;  // intrusive list of live connections
+  Upgraded* upgraded_ = nullptr;  // intrusive list of upgraded connections
   std::vector<Connection*> parked_;
   ServerStats stats_;
   DateCache date_;

@@ -54,6 +54,12 @@ core::Result<std::shared_ptr<const Site>> SiteBuilder::build() const {
   return std::shared_ptr<const Site>(std::move(site));
 }
 
+bool Site::has_route(std::string_view pattern) const {
+  for (const auto& p : patterns_)
+    if (p == pattern) return true;
+  return false;
+}
+
 Response Site::fail(Request& req, std::string_view pattern, std::string_view message) const {
   for (const auto& hook : error_hooks_) {
     try {

@@ -49,6 +49,8 @@ class Site {
   // The core function: a request (already admitted) to a response description.
   Response handle(Request& req) const;
   size_t route_count() const { return router_.size(); }
+  // Whether a route with exactly this pattern text exists (an upgraded socket asks after a swap).
+  bool has_route(std::string_view pattern) const;
 
  private:
   friend class SiteBuilder;
