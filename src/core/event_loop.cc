@@ -114,11 +114,14 @@ void EventLoop::run_once(int max_wait_ms) {
   if (!deferred_.empty() || !graveyard_.empty()) timeout = 0;
   int n = epoll_wait(epfd_.get(), events_.data(), static_cast<int>(events_.size()), timeout);
   update_time();
+  // Timers first: the wheel's clock must be current before any callback arms a timer relative to
+  // it (else a timeout armed right after a long sleep would fire early by the sleep's length).
+  // An object a timer closes is only destroyed after this round, so its queued event is safe.
+  timers_.advance(now_ms_);
   for (int i = 0; i < n; ++i) {
     static_cast<IoHandler*>(events_[i].data.ptr)->on_io(events_[i].events);
   }
   if (n == static_cast<int>(events_.size()) && events_.size() < 4096) events_.resize(n * 2);
-  timers_.advance(now_ms_);
   run_deferred();
 }
 

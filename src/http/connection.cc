@@ -180,7 +180,9 @@ void Connection::process_input() {
       if (in_.empty() || (in_.size() == 1 && in_.data()[0] == '\r')) break;
       phase_ = Phase::kHead;
       started_ms_ = loop_.now();
-      arm_read_timer(ReadTimer::kHeader, server_.options().header_timeout_ms);
+      // A new connection's header deadline runs from accept: its first byte does not extend it.
+      if (read_timer_kind_ != ReadTimer::kHeader)
+        arm_read_timer(ReadTimer::kHeader, server_.options().header_timeout_ms);
     }
     auto r = parser_.feed(in_.view(), req_);
     switch (r.kind) {
