@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/event_loop.h"
+#include "ws/socket.h"
 
 namespace corral::cli {
 
@@ -23,6 +24,7 @@ or write your own routes with the C++ API (see <code>examples/</code>).</p>
 <li><a href="/users/42">/users/{{id}}</a>: a route parameter</li>
 <li><a href="/stream">/stream</a>: a chunked stream, one line every 100 ms</li>
 <li><code>POST /echo</code>: echoes the request body</li>
+<li><code>ws://…/ws/echo</code>: a WebSocket that echoes every message</li>
 </ul>
 <p id="js">JavaScript with this response's CSP nonce did not run.</p>
 <script nonce="{nonce}">document.getElementById('js').textContent='An inline script ran under this response\'s CSP nonce.';</script>
@@ -79,6 +81,13 @@ void add_welcome_routes(http::SiteBuilder& site) {
     return http::Response::bytes(std::string(req.body),
                                  req.header("content-type").value_or("application/octet-stream"));
   });
+  ws::SocketRoute echo;
+  echo.on_open = [](ws::Socket& s) {
+    s.on_message = [](ws::Socket& s, std::string_view data, bool binary) {
+      binary ? s.send_binary(data) : s.send_text(data);
+    };
+  };
+  ws::add_socket_route(site, "/ws/echo", std::move(echo));
   site.route("GET /stream", [](http::Request& req) {
     return http::Response::stream(std::make_unique<TickStream>(*req.loop),
                                   "text/plain; charset=utf-8");

@@ -12,6 +12,12 @@
 //   GET /whoami        the principal ("Authorization: Bearer t" -> tester) or "anonymous"
 //   GET /wrapped/*     answered by a wrap's before; every /wrapped/ response gets X-Wrapped
 //   GET /html          an HTML page that uses its CSP nonce
+//   /ws/echo           WebSocket echo (text and binary); subprotocols "echo.v2", "echo.v1";
+//                      allowed extra origin http://allowed.example
+//   /ws/chat/{room}    WebSocket broadcast to every socket of the room
+//   /ws/limited        max_message 1024, max_buffered 64 KiB, ping every 300 ms, idle 1 s,
+//                      close timeout 500 ms; "flood" makes it send 1 MiB messages until dropped
+//   /ws/who            sends the principal's id (or "anonymous") and the {param}-less pattern
 // Flags: --listen ADDR (port 0: any), --root DIR, --config FILE (corral's TOML),
 //        --publish-delay-ms N (routes are published N ms after listening).
 // Logs go to stderr; the "listening address=..." line gives the bound port.
@@ -24,6 +30,10 @@
 #include "cli/config.h"
 #include "cli/sites.h"
 #include "http/server.h"
+#include "ws/socket.h"
+
+#include <map>
+#include <set>
 
 namespace {
 
@@ -153,6 +163,70 @@ int main(int argc, char** argv) {
   site.route("GET /html", [](http::Request& req) {
     return http::Response::html("<script nonce=\"" + std::string(req.csp_nonce()) + "\">1</script>");
   });
+
+  ws::SocketRoute echo;
+  echo.handshake.allowed_origins = {"http://allowed.example"};
+  echo.handshake.subprotocols = {"echo.v2", "echo.v1"};
+  echo.limits = [](const http::Request&) {
+    ws::SocketLimits l;
+    l.max_message = 64 * 1024 * 1024;
+    l.max_buffered = 256 * 1024 * 1024;
+    return l;
+  };
+  echo.on_open = [](ws::Socket& s) {
+    s.on_message = [](ws::Socket& s, std::string_view data, bool binary) {
+      if (binary) {
+        s.send_binary(data);
+      } else if (data == "close-me") {
+        s.close(4000, "asked to");
+      } else {
+        s.send_text(data);
+      }
+    };
+  };
+  ws::add_socket_route(site, "/ws/echo", echo);
+
+  std::map<std::string, std::set<ws::Socket*>> rooms;
+  ws::SocketRoute chat;
+  chat.on_open = [&rooms](ws::Socket& s) {
+    std::string room(s.param("room"));
+    rooms[room].insert(&s);
+    s.on_message = [&rooms, room](ws::Socket& from, std::string_view data, bool) {
+      for (ws::Socket* peer : rooms[room])
+        if (peer != &from) peer->send_text(data);
+    };
+    s.on_close = [&rooms, room](ws::Socket& s, uint16_t, std::string_view) { rooms[room].erase(&s); };
+  };
+  ws::add_socket_route(site, "/ws/chat/{room}", chat);
+
+  ws::SocketRoute limited;
+  limited.limits = [](const http::Request& req) {
+    ws::SocketLimits l;
+    l.max_message = req.principal ? 4096 : 1024;  // limits may depend on the principal
+    l.max_buffered = 64 * 1024;
+    l.ping_interval_ms = 300;
+    l.idle_timeout_ms = 1000;
+    l.close_timeout_ms = 500;
+    return l;
+  };
+  limited.on_open = [](ws::Socket& s) {
+    s.on_message = [](ws::Socket& s, std::string_view data, bool) {
+      if (data == "flood") {
+        std::string big(1024 * 1024, 'f');
+        while (s.send_binary(big)) {
+        }
+        return;
+      }
+      s.send_text(data);
+    };
+  };
+  ws::add_socket_route(site, "/ws/limited", limited);
+
+  ws::SocketRoute who;
+  who.on_open = [](ws::Socket& s) {
+    s.send_text(s.principal() ? s.principal()->id : "anonymous");
+  };
+  ws::add_socket_route(site, "/ws/who", who);
 
   core::Logger log(2, config.log_level);
   site.on_error([&log](const http::ErrorEvent& e) {
