@@ -131,6 +131,18 @@ void Supervisor::spawn(int index) {
     return;
   }
   core::UniqueFd ready_rd(pipefd[0]), ready_wr(pipefd[1]);
+  // A slot whose sockets were closed (its process exited 0 or 78) gets fresh ones.
+  auto& sockets = listeners_->slots[static_cast<size_t>(index)];
+  for (size_t a = 0; a < sockets.size(); ++a) {
+    if (sockets[a]) continue;
+    auto fd = core::listen_tcp(listeners_->addresses[a], {.backlog = 4096, .reuse_port = true});
+    if (!fd) {
+      log_.error("listen_failed", "slot={} address={} error=\"{}\"", index,
+                 listeners_->addresses[a].to_string(), fd.error().reason);
+      return;
+    }
+    sockets[a] = std::move(fd.value());
+  }
   pid_t pid = fork();
   if (pid < 0) {
     log_.error("fork_failed", "slot={} error=\"{}\"", index, strerror(errno));
@@ -257,6 +269,13 @@ void Supervisor::on_child_exit(Child* child, int code, int signo) {
     log_.error("process_bad_config", "slot={} exit={} action=not_respawned", child->slot, code);
   } else if (current && !asked && code == 0 && signo == 0) {
     slot.status = "exited";
+  }
+  if (current && !asked && !respawn) {
+    // Not respawned: take the slot's sockets out of the reuseport group, or the kernel would keep
+    // hashing new connections to a socket nobody accepts from. (What it had queued is reset.) A
+    // later generation binds the slot again.
+    for (auto& fd : listeners_->slots[static_cast<size_t>(child->slot)]) fd.reset();
+    log_.warn("slot_closed", "slot={} reason=\"{}\"", child->slot, how);
   } else if (current) {
     slot.status = "stopped";
   }

@@ -17,7 +17,11 @@ constexpr char kBusyResponse[] =
 class Server::Listener final : public core::IoHandler {
  public:
   Listener(Server& server, core::UniqueFd fd) : server_(server), fd_(std::move(fd)) {}
-  void on_io(uint32_t) override { server_.on_accept(fd_.get()); }
+  // After close() the listener may still have an event queued in this epoll batch: ignore it, so
+  // a connection in the shared accept queue is left to another process instead of refused.
+  void on_io(uint32_t) override {
+    if (!server_.closing()) server_.on_accept(fd_.get());
+  }
   int fd() const { return fd_.get(); }
 
  private:
@@ -171,7 +175,10 @@ void Server::close(std::function<void()> done) {
   closing_ = true;
   close_done_ = std::move(done);
   accept_pause_.cancel();
-  for (auto& l : listeners_) loop_.remove(l->fd());
+  for (auto& l : listeners_) {
+    loop_.remove(l->fd());
+    loop_.destroy_later(std::move(l));  // an event for it may be queued in this batch
+  }
   listeners_.clear();
   for (Connection* c = head_; c;) {
     Connection* next = c->next_;
