@@ -4,6 +4,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "core/buffer.h"
 #include "core/event_loop.h"
 #include "http/server.h"
@@ -19,6 +21,7 @@ std::string_view Socket::param(std::string_view name) const {
 namespace {
 
 constexpr size_t kReadSize = 16 * 1024;
+constexpr uint32_t kLingerMs = 1000;
 
 // One upgraded connection: the Socket the application sees, the frame codec, the loop's handler,
 // and the Server's record of it (graceful close, site swaps).
@@ -200,7 +203,9 @@ class Connection final : public Socket,
   void finish() {
     if (state_ == State::kDraining || state_ == State::kDone) return;
     state_ = State::kDraining;
-    timer_.arm_after(limits_.close_timeout_ms);
+    // Our FIN follows the close frames; waiting for the client's FIN only keeps a reset from
+    // destroying them, so a short linger is enough.
+    timer_.arm_after(std::min<uint32_t>(limits_.close_timeout_ms, kLingerMs));
     schedule_flush();
   }
 
