@@ -72,6 +72,7 @@ cli::ConfigErrors prepare(const Flags& flags, core::Logger& log, Prepared& out) 
   http::SiteBuilder builder;
   if (config.root.empty()) {
     cli::add_welcome_routes(builder);
+    cli::add_welcome_sockets(builder);
   } else {
     cli::add_static_routes(builder, config.root);
   }

@@ -81,6 +81,13 @@ void add_welcome_routes(http::SiteBuilder& site) {
     return http::Response::bytes(std::string(req.body),
                                  req.header("content-type").value_or("application/octet-stream"));
   });
+  site.route("GET /stream", [](http::Request& req) {
+    return http::Response::stream(std::make_unique<TickStream>(*req.loop),
+                                  "text/plain; charset=utf-8");
+  });
+}
+
+void add_welcome_sockets(http::SiteBuilder& site) {
   ws::SocketRoute echo;
   echo.on_open = [](ws::Socket& s) {
     s.on_message = [](ws::Socket& s, std::string_view data, bool binary) {
@@ -88,10 +95,6 @@ void add_welcome_routes(http::SiteBuilder& site) {
     };
   };
   ws::add_socket_route(site, "/ws/echo", std::move(echo));
-  site.route("GET /stream", [](http::Request& req) {
-    return http::Response::stream(std::make_unique<TickStream>(*req.loop),
-                                  "text/plain; charset=utf-8");
-  });
 }
 
 void add_static_routes(http::SiteBuilder& site, const std::string& root) {

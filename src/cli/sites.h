@@ -9,6 +9,8 @@
 namespace corral::cli {
 
 void add_welcome_routes(http::SiteBuilder& site);
+// The welcome site's WebSocket echo at /ws/echo.
+void add_welcome_sockets(http::SiteBuilder& site);
 void add_static_routes(http::SiteBuilder& site, const std::string& root);
 
 }  // namespace corral::cli
