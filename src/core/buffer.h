@@ -35,6 +35,7 @@ class Buffer {
   void commit(size_t n) { wpos_ += n; }
 
   void append(std::string_view s) {
+    if (s.empty()) return;  // memcpy with a null pointer is undefined even for 0 bytes
     std::memcpy(reserve(s.size()), s.data(), s.size());
     wpos_ += s.size();
   }

@@ -28,6 +28,7 @@ ChunkedDecoder::Result ChunkedDecoder::feed(std::string_view data, core::Buffer&
     const char c = data[i];
     switch (step_) {
       case Step::kSize: {
+        if (++line_bytes_ > kMaxSizeLine) return fail(400, "chunk extension too long", i);
         int v = hex_value(c);
         if (v >= 0) {
           if (++digits_ > 16) return fail(400, "chunk size overflow (more than 16 hex digits)", i);
@@ -52,6 +53,7 @@ ChunkedDecoder::Result ChunkedDecoder::feed(std::string_view data, core::Buffer&
         break;
       }
       case Step::kExt:
+        if (++line_bytes_ > kMaxSizeLine) return fail(400, "chunk extension too long", i);
         // Extensions are ignored; they must not hide control characters or line ends.
         if (in_quote_) {
           if (quote_escape_) {
@@ -68,18 +70,28 @@ ChunkedDecoder::Result ChunkedDecoder::feed(std::string_view data, core::Buffer&
           need_value_ = false;
           in_quote_ = true;
         } else if (c == ' ' || c == '\t') {
-          // BWS
-        } else if (need_name_ || need_value_) {
-          if (!is_tchar(c)) return fail(400, "invalid chunk extension", i);
-          need_name_ = need_value_ = false;
-        } else if (c == '\r') {
-          if (!semicolon_) return fail(400, "whitespace after chunk size", i);
-          step_ = Step::kSizeLf;
+          in_name_ = false;  // BWS ends a name or value
         } else if (c == ';') {
-          need_name_ = true;
+          if (need_name_ || need_value_) return fail(400, "invalid chunk extension", i);
+          semicolon_ = need_name_ = true;
+          in_name_ = false;
+        } else if (c == '\r') {
+          if (!semicolon_ || need_name_ || need_value_)
+            return fail(400, semicolon_ ? "invalid chunk extension" : "whitespace after chunk size",
+                        i);
+          step_ = Step::kSizeLf;
+        } else if (!semicolon_) {
+          return fail(400, "invalid chunk size", i);  // after BWS only ';' may follow the size
         } else if (c == '=') {
+          if (need_name_ || need_value_) return fail(400, "invalid chunk extension", i);
           need_value_ = true;
-        } else if (!is_tchar(c)) {
+          in_name_ = false;
+        } else if (is_tchar(c)) {
+          if (!need_name_ && !need_value_ && !in_name_)
+            return fail(400, "invalid chunk extension", i);  // "a b": a space inside a name
+          need_name_ = need_value_ = false;
+          in_name_ = true;
+        } else {
           return fail(400, "invalid chunk extension", i);
         }
         ++i;
@@ -116,7 +128,8 @@ ChunkedDecoder::Result ChunkedDecoder::feed(std::string_view data, core::Buffer&
         step_ = Step::kSize;
         size_ = 0;
         digits_ = 0;
-        in_quote_ = quote_escape_ = semicolon_ = need_name_ = need_value_ = false;
+        in_quote_ = quote_escape_ = semicolon_ = need_name_ = need_value_ = in_name_ = false;
+        line_bytes_ = 0;
         break;
       case Step::kTrailerLineStart:
         if (c == '\r') {

@@ -17,6 +17,10 @@ namespace corral::http {
 
 class ChunkedDecoder {
  public:
+  // A chunk-size line (size, BWS, extensions) longer than this is refused: extensions count
+  // against no other limit, and an endless one would keep a request reading forever.
+  static constexpr size_t kMaxSizeLine = 4096;
+
   enum class State { kNeedMore, kDone, kError };
   struct Result {
     State state = State::kNeedMore;
@@ -57,7 +61,9 @@ class ChunkedDecoder {
   size_t trailer_bytes_ = 0;
   bool semicolon_ = false;
   bool need_name_ = false;   // chunk-ext: after ';' an extension name must come
-  bool need_value_ = false;  // chunk-ext: after '=' a value must come  // chunk-ext: a ';' was seen
+  bool need_value_ = false;  // chunk-ext: after '=' a value must come
+  bool in_name_ = false;     // chunk-ext: inside a name or token value (BWS ends it)
+  size_t line_bytes_ = 0;    // bytes of the current chunk-size line (bounded: kMaxSizeLine)  // chunk-ext: a ';' was seen
                              // (BWS alone is not an extension)
   bool in_quote_ = false;    // chunk-ext quoted-string
   bool quote_escape_ = false;
