@@ -63,8 +63,12 @@ void* counted_aligned_alloc(std::size_t n, std::align_val_t al) {
 }
 }  // namespace
 
-void* operator new(std::size_t n) { return counted_alloc(n); }
-void* operator new[](std::size_t n) { return counted_alloc(n); }
+void* operator new(std::size_t n) {
+  return counted_alloc(n);
+}
+void* operator new[](std::size_t n) {
+  return counted_alloc(n);
+}
 void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
   try {
     return counted_alloc(n);
@@ -79,16 +83,36 @@ void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
     return nullptr;
   }
 }
-void* operator new(std::size_t n, std::align_val_t al) { return counted_aligned_alloc(n, al); }
-void* operator new[](std::size_t n, std::align_val_t al) { return counted_aligned_alloc(n, al); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void* operator new(std::size_t n, std::align_val_t al) {
+  return counted_aligned_alloc(n, al);
+}
+void* operator new[](std::size_t n, std::align_val_t al) {
+  return counted_aligned_alloc(n, al);
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::size_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
+  std::free(p);
+}
 
 namespace {
 
@@ -238,15 +262,22 @@ void run_loopback(benchmark::State& state, const char* name, int depth) {
   report_allocs(state, name, allocs, bytes, served);
 }
 
-void BM_KeepAliveHello(benchmark::State& state) { run_loopback(state, "BM_KeepAliveHello", 1); }
+void BM_KeepAliveHello(benchmark::State& state) {
+  run_loopback(state, "BM_KeepAliveHello", 1);
+}
 BENCHMARK(BM_KeepAliveHello);
 
-void BM_PipelinedHello(benchmark::State& state) { run_loopback(state, "BM_PipelinedHello", 16); }
+void BM_PipelinedHello(benchmark::State& state) {
+  run_loopback(state, "BM_PipelinedHello", 16);
+}
 BENCHMARK(BM_PipelinedHello);
 
 void BM_ParseAndRoute(benchmark::State& state) {
-  std::vector<http::RouteDef> defs = {{"GET /", 0}, {"GET /hello", 1}, {"GET /users/{id}", 2},
-                                      {"POST /echo", 3}, {"GET /static/*", 4}};
+  std::vector<http::RouteDef> defs = {{"GET /", 0},
+                                      {"GET /hello", 1},
+                                      {"GET /users/{id}", 2},
+                                      {"POST /echo", 3},
+                                      {"GET /static/*", 4}};
   auto router = http::Router::build(std::move(defs));
   if (!router) {
     state.SkipWithError(router.error().reason.c_str());
@@ -274,8 +305,8 @@ void BM_ParseAndRoute(benchmark::State& state) {
   for (int i = 0; i < kWarmupRequests; ++i) once();
   uint64_t allocs0 = g_allocs.load(), bytes0 = g_alloc_bytes.load();
   for (auto _ : state) once();
-  report_allocs(state, "BM_ParseAndRoute", g_allocs.load() - allocs0,
-                g_alloc_bytes.load() - bytes0, static_cast<uint64_t>(state.iterations()));
+  report_allocs(state, "BM_ParseAndRoute", g_allocs.load() - allocs0, g_alloc_bytes.load() - bytes0,
+                static_cast<uint64_t>(state.iterations()));
 }
 BENCHMARK(BM_ParseAndRoute);
 
@@ -302,7 +333,8 @@ int main(int argc, char** argv) {
     auto probe = std::make_unique<std::string>(100, 'x');
     benchmark::DoNotOptimize(probe->data());
     if (g_allocs.load() == before) {
-      std::fprintf(stderr, "alloc_bench: --check-zero-alloc: the allocation counter is not hooked\n");
+      std::fprintf(stderr,
+                   "alloc_bench: --check-zero-alloc: the allocation counter is not hooked\n");
       return 1;
     }
     if (!g_any_counted) {

@@ -15,8 +15,9 @@ int main(int argc, char** argv) {
     if (req.header("authorization") == "Bearer demo") return http::Principal{"demo", {}};
     return std::nullopt;
   });
-  site.wrap("/*", {.before = nullptr,
-                   .after = [](http::Request&, http::Response& r) { r.header("X-Example", "hello"); }});
+  site.wrap("/*", {.before = nullptr, .after = [](http::Request&, http::Response& r) {
+                     r.header("X-Example", "hello");
+                   }});
   site.route("GET /", [](http::Request& req) {
     return http::Response::text(req.principal ? "hello, " + req.principal->id + "\n" : "hello\n");
   });

@@ -18,13 +18,14 @@ class Reader {
                      const std::set<std::string>& known) {
     for (const auto& [k, v] : table) {
       std::string key(k.str());
-      if (!known.count(key)) errors_.problems.push_back(fmt::format("{}{}: unknown key", prefix, key));
+      if (!known.count(key))
+        errors_.problems.push_back(fmt::format("{}{}: unknown key", prefix, key));
     }
   }
 
   template <typename T>
-  void integer(const toml::table& t, const std::string& prefix, const char* key, T& out, int64_t min,
-               int64_t max) {
+  void integer(const toml::table& t, const std::string& prefix, const char* key, T& out,
+               int64_t min, int64_t max) {
     auto node = t.get(key);
     if (!node) return;
     auto v = node->value<int64_t>();
@@ -101,8 +102,8 @@ ConfigErrors load_config(const std::string& path, Config& c) {
   }
   Reader r(root, errors);
   r.check_unknown(root, "",
-                  {"listen", "root", "processes", "pin", "log_level", "access_log", "allowed_hosts", "relays", "limits",
-                   "timeouts", "server_name", "referrer_policy"});
+                  {"listen", "root", "processes", "pin", "log_level", "access_log", "allowed_hosts",
+                   "relays", "limits", "timeouts", "server_name", "referrer_policy"});
   r.string(root, "listen", c.listen);
   if (auto p = core::parse_address(c.listen); !p)
     errors.problems.push_back(fmt::format("listen: {}", p.error().reason));
@@ -112,11 +113,16 @@ ConfigErrors load_config(const std::string& path, Config& c) {
   std::string level;
   r.string(root, "log_level", level);
   if (!level.empty()) {
-    if (level == "debug") c.log_level = core::LogLevel::kDebug;
-    else if (level == "info") c.log_level = core::LogLevel::kInfo;
-    else if (level == "warn") c.log_level = core::LogLevel::kWarn;
-    else if (level == "error") c.log_level = core::LogLevel::kError;
-    else errors.problems.push_back("log_level: expected one of debug, info, warn, error");
+    if (level == "debug")
+      c.log_level = core::LogLevel::kDebug;
+    else if (level == "info")
+      c.log_level = core::LogLevel::kInfo;
+    else if (level == "warn")
+      c.log_level = core::LogLevel::kWarn;
+    else if (level == "error")
+      c.log_level = core::LogLevel::kError;
+    else
+      errors.problems.push_back("log_level: expected one of debug, info, warn, error");
   }
   r.boolean(root, "access_log", c.server.access_log);
   r.string(root, "server_name", c.server.server_name);
@@ -126,9 +132,9 @@ ConfigErrors load_config(const std::string& path, Config& c) {
 
   if (auto* node = root.get("limits")) {
     if (auto* t = node->as_table()) {
-      r.check_unknown(*t, "limits.",
-                      {"max_request_line", "max_head_bytes", "max_headers", "max_body",
-                       "max_connections"});
+      r.check_unknown(
+          *t, "limits.",
+          {"max_request_line", "max_head_bytes", "max_headers", "max_body", "max_connections"});
       auto& l = c.server.limits;
       r.integer(*t, "limits.", "max_request_line", l.max_request_line, 64, 1 << 20);
       r.integer(*t, "limits.", "max_head_bytes", l.max_head_bytes, 256, 1 << 24);

@@ -18,7 +18,7 @@ constexpr int kExitBadConfig = 78;  // EX_CONFIG from sysexits.h
 
 struct Config {
   std::string listen = "127.0.0.1:8080";
-  std::string root;  // empty: the embedded welcome site
+  std::string root;   // empty: the embedded welcome site
   int processes = 1;  // 1: a single process, no supervisor; 0: one per CPU; N: a supervisor and N
   bool pin = false;   // pin process i to the i-th allowed CPU
   core::LogLevel log_level = core::LogLevel::kInfo;
@@ -35,6 +35,7 @@ struct ConfigErrors {
 // Reads `path` into `config` (keys not in the file keep their values).
 ConfigErrors load_config(const std::string& path, Config& config);
 // Builds the admission policy; problems go to `errors`.
-std::shared_ptr<const http::AdmissionPolicy> build_policy(const Config& config, ConfigErrors& errors);
+std::shared_ptr<const http::AdmissionPolicy> build_policy(const Config& config,
+                                                          ConfigErrors& errors);
 
 }  // namespace corral::cli

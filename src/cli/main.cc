@@ -1,6 +1,6 @@
 // corral: the program. Wires the components together (STYLE rule 9: cli only wires).
-#include <CLI/CLI.hpp>
 #include <sys/stat.h>
+#include <CLI/CLI.hpp>
 
 #include <unistd.h>
 
@@ -10,8 +10,8 @@
 #include <iostream>
 
 #include "cli/config.h"
-#include "control/control_site.h"
 #include "cli/sites.h"
+#include "control/control_site.h"
 #include "fanout/cpus.h"
 #include "fanout/supervisor.h"
 #include "http/runner.h"
@@ -39,11 +39,16 @@ struct Prepared {
 };
 
 bool parse_level(const std::string& s, core::LogLevel& out) {
-  if (s == "debug") out = core::LogLevel::kDebug;
-  else if (s == "info") out = core::LogLevel::kInfo;
-  else if (s == "warn") out = core::LogLevel::kWarn;
-  else if (s == "error") out = core::LogLevel::kError;
-  else return false;
+  if (s == "debug")
+    out = core::LogLevel::kDebug;
+  else if (s == "info")
+    out = core::LogLevel::kInfo;
+  else if (s == "warn")
+    out = core::LogLevel::kWarn;
+  else if (s == "error")
+    out = core::LogLevel::kError;
+  else
+    return false;
   return true;
 }
 
@@ -156,8 +161,8 @@ int serve(const Flags& flags) {
 
   auto cpus = fanout::allowed_cpus();
   if (!cpus) return print_problems({{cpus.error().reason}}, "processes");
-  auto n = fanout::resolve_process_count(prepared->config.processes, cpus.value(),
-                                         prepared->config.pin);
+  auto n =
+      fanout::resolve_process_count(prepared->config.processes, cpus.value(), prepared->config.pin);
   if (!n) return print_problems({{n.error().reason}}, "processes");
   auto listeners = fanout::make_listeners({prepared->address}, n.value());
   if (!listeners) {
@@ -209,8 +214,7 @@ int serve(const Flags& flags) {
   auto dir = state_directory(flags.state_dir);
   if (!dir) return print_problems({{dir.error().reason}}, "state-dir");
   std::string control_path = dir.value() + "/control.sock";
-  hooks.on_started = [&](core::EventLoop& loop,
-                         fanout::Supervisor& sup) -> std::shared_ptr<void> {
+  hooks.on_started = [&](core::EventLoop& loop, fanout::Supervisor& sup) -> std::shared_ptr<void> {
     auto fd = core::listen_unix(control_path);
     if (!fd) {
       log.error("control_failed", "path={} error=\"{}\"", control_path, fd.error().reason);
@@ -253,7 +257,8 @@ int main(int argc, char** argv) {
                         "State directory (default $XDG_STATE_HOME/corral or ./.corral)");
   serve_cmd->add_flag("--no-access-log", flags.no_access_log, "Do not log one line per request");
 
-  auto* check = app.add_subcommand("check", "Validate a configuration file and print every problem");
+  auto* check =
+      app.add_subcommand("check", "Validate a configuration file and print every problem");
   check->add_option("--config", flags.config_path, "TOML configuration file")->required();
 
   auto* ctl = app.add_subcommand("ctl", "Ask a running supervisor (its control socket)");
@@ -271,11 +276,13 @@ int main(int argc, char** argv) {
       std::cerr << "corral: " << fd.error().reason << " (is corral serve --processes N running?)\n";
       return 1;
     }
-    std::string req = "GET /" + ctl_what + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    std::string req =
+        "GET /" + ctl_what + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
     if (::write(fd->get(), req.data(), req.size()) != static_cast<ssize_t>(req.size())) return 1;
     std::string resp;
     char buf[4096];
-    for (ssize_t n; (n = ::read(fd->get(), buf, sizeof buf)) > 0;) resp.append(buf, static_cast<size_t>(n));
+    for (ssize_t n; (n = ::read(fd->get(), buf, sizeof buf)) > 0;)
+      resp.append(buf, static_cast<size_t>(n));
     auto body = resp.find("\r\n\r\n");
     std::cout << (body == std::string::npos ? resp : resp.substr(body + 4)) << "\n";
     return resp.rfind("HTTP/1.1 200", 0) == 0 ? 0 : 1;

@@ -81,7 +81,9 @@ Result<void> EventLoop::modify(int fd, uint32_t events, IoHandler* handler) {
   return {};
 }
 
-void EventLoop::remove(int fd) { epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, fd, nullptr); }
+void EventLoop::remove(int fd) {
+  epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, fd, nullptr);
+}
 
 Result<void> EventLoop::on_signal(int signo, SignalCallback cb) {
   if (!signals_) signals_ = std::make_unique<SignalHandler>(*this);

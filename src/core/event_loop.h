@@ -4,7 +4,8 @@
 // an event for them later in the same epoll batch still finds live memory (and a closed flag).
 //
 // now() is the monotonic time in milliseconds, read once per iteration; wall_seconds() likewise.
-// Never blocks except in epoll_wait. Not thread-safe; wake() is the one call other threads may make.
+// Never blocks except in epoll_wait. Not thread-safe; wake() is the one call other threads may
+// make.
 #pragma once
 
 #include <sys/epoll.h>
@@ -62,7 +63,8 @@ class EventLoop {
 
   // Runs until stop(). Returns when stopped.
   void run();
-  // One iteration: wait at most `max_wait_ms` (-1: until an event or timer), dispatch, run deferred.
+  // One iteration: wait at most `max_wait_ms` (-1: until an event or timer), dispatch, run
+  // deferred.
   void run_once(int max_wait_ms = -1);
   void stop() { stopping_ = true; }
   bool stopping() const { return stopping_; }

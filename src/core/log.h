@@ -30,19 +30,23 @@ class Logger {
   void log(LogLevel l, std::string_view event, std::string_view fields = {});
   template <typename... Args>
   void info(std::string_view event, fmt::format_string<Args...> f, Args&&... args) {
-    if (enabled(LogLevel::kInfo)) log(LogLevel::kInfo, event, fmt::format(f, std::forward<Args>(args)...));
+    if (enabled(LogLevel::kInfo))
+      log(LogLevel::kInfo, event, fmt::format(f, std::forward<Args>(args)...));
   }
   template <typename... Args>
   void warn(std::string_view event, fmt::format_string<Args...> f, Args&&... args) {
-    if (enabled(LogLevel::kWarn)) log(LogLevel::kWarn, event, fmt::format(f, std::forward<Args>(args)...));
+    if (enabled(LogLevel::kWarn))
+      log(LogLevel::kWarn, event, fmt::format(f, std::forward<Args>(args)...));
   }
   template <typename... Args>
   void error(std::string_view event, fmt::format_string<Args...> f, Args&&... args) {
-    if (enabled(LogLevel::kError)) log(LogLevel::kError, event, fmt::format(f, std::forward<Args>(args)...));
+    if (enabled(LogLevel::kError))
+      log(LogLevel::kError, event, fmt::format(f, std::forward<Args>(args)...));
   }
   template <typename... Args>
   void debug(std::string_view event, fmt::format_string<Args...> f, Args&&... args) {
-    if (enabled(LogLevel::kDebug)) log(LogLevel::kDebug, event, fmt::format(f, std::forward<Args>(args)...));
+    if (enabled(LogLevel::kDebug))
+      log(LogLevel::kDebug, event, fmt::format(f, std::forward<Args>(args)...));
   }
 
   // Buffered line (access log); `line` without the trailing newline.

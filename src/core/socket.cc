@@ -16,7 +16,8 @@ namespace corral::core {
 
 int SocketAddress::port() const {
   if (family() == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&storage)->sin_port);
-  if (family() == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_port);
+  if (family() == AF_INET6)
+    return ntohs(reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_port);
   return 0;
 }
 
@@ -25,7 +26,8 @@ std::string SocketAddress::ip() const {
   if (family() == AF_INET)
     inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&storage)->sin_addr, buf, sizeof buf);
   else if (family() == AF_INET6)
-    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_addr, buf, sizeof buf);
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_addr, buf,
+              sizeof buf);
   return buf;
 }
 
@@ -99,7 +101,8 @@ Result<UniqueFd> listen_tcp(const SocketAddress& addr, const ListenOptions& opts
 
 Result<UniqueFd> listen_unix(const std::string& path, int backlog) {
   sockaddr_un sun{};
-  if (path.size() >= sizeof sun.sun_path) return Error{ENAMETOOLONG, "socket path too long: " + path};
+  if (path.size() >= sizeof sun.sun_path)
+    return Error{ENAMETOOLONG, "socket path too long: " + path};
   sun.sun_family = AF_UNIX;
   std::memcpy(sun.sun_path, path.c_str(), path.size() + 1);
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
@@ -114,7 +117,8 @@ Result<UniqueFd> listen_unix(const std::string& path, int backlog) {
 
 Result<UniqueFd> connect_unix(const std::string& path) {
   sockaddr_un sun{};
-  if (path.size() >= sizeof sun.sun_path) return Error{ENAMETOOLONG, "socket path too long: " + path};
+  if (path.size() >= sizeof sun.sun_path)
+    return Error{ENAMETOOLONG, "socket path too long: " + path};
   sun.sun_family = AF_UNIX;
   std::memcpy(sun.sun_path, path.c_str(), path.size() + 1);
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));

@@ -19,8 +19,8 @@ struct SocketAddress {
 
   int family() const { return storage.ss_family; }
   int port() const;
-  std::string ip() const;        // "127.0.0.1", "::1"
-  std::string to_string() const; // "127.0.0.1:8080", "[::1]:8080"
+  std::string ip() const;         // "127.0.0.1", "::1"
+  std::string to_string() const;  // "127.0.0.1:8080", "[::1]:8080"
   bool is_loopback() const;
 };
 

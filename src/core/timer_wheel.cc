@@ -10,7 +10,9 @@ void Timer::arm_at(uint64_t deadline_ms) {
   wheel_->link(*this);
 }
 
-void Timer::arm_after(uint64_t delay_ms) { arm_at(wheel_->now() + delay_ms); }
+void Timer::arm_after(uint64_t delay_ms) {
+  arm_at(wheel_->now() + delay_ms);
+}
 
 void Timer::cancel() {
   if (armed()) wheel_->unlink(*this);

@@ -2,8 +2,8 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -147,7 +147,8 @@ void Supervisor::spawn(int index) {
   if (pid < 0) {
     log_.error("fork_failed", "slot={} error=\"{}\"", index, strerror(errno));
     slot.status = "backoff";
-    slot.backoff_ms = std::clamp(slot.backoff_ms * 2, options_.backoff_min_ms, options_.backoff_max_ms);
+    slot.backoff_ms =
+        std::clamp(slot.backoff_ms * 2, options_.backoff_min_ms, options_.backoff_max_ms);
     slot.respawn.arm_after(slot.backoff_ms);
     return;
   }

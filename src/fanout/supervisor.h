@@ -41,8 +41,8 @@ constexpr int kExitBadConfig = 78;  // a child exiting with this is not respawne
 
 // The listening sockets of one configuration: per slot, one socket per address.
 struct ListenerSet {
-  std::vector<core::SocketAddress> addresses;       // as bound (port 0 resolved)
-  std::vector<std::vector<core::UniqueFd>> slots;   // slots[i][a]
+  std::vector<core::SocketAddress> addresses;      // as bound (port 0 resolved)
+  std::vector<std::vector<core::UniqueFd>> slots;  // slots[i][a]
 };
 // Binds `addresses` once per slot with SO_REUSEPORT; a port 0 is resolved by the first socket and
 // reused by the others so every slot shares it.
@@ -67,8 +67,8 @@ using ChildMain = std::function<int(const ChildContext&)>;
 struct SupervisorOptions {
   int processes = 1;
   bool pin = false;
-  std::vector<int> cpus;            // allowed CPUs (slot i -> cpus[i] when pinning)
-  uint32_t stable_ms = 1'000;       // a process that ran this long resets its backoff
+  std::vector<int> cpus;       // allowed CPUs (slot i -> cpus[i] when pinning)
+  uint32_t stable_ms = 1'000;  // a process that ran this long resets its backoff
   uint32_t backoff_min_ms = 100;
   uint32_t backoff_max_ms = 30'000;
   uint32_t stop_timeout_ms = 20'000;  // after SIGTERM, SIGKILL what is left

@@ -63,9 +63,9 @@ class ChunkedDecoder {
   bool need_name_ = false;   // chunk-ext: after ';' an extension name must come
   bool need_value_ = false;  // chunk-ext: after '=' a value must come
   bool in_name_ = false;     // chunk-ext: inside a name or token value (BWS ends it)
-  size_t line_bytes_ = 0;    // bytes of the current chunk-size line (bounded: kMaxSizeLine)  // chunk-ext: a ';' was seen
-                             // (BWS alone is not an extension)
-  bool in_quote_ = false;    // chunk-ext quoted-string
+  size_t line_bytes_ = 0;    // bytes of the current chunk-size line (bounded: kMaxSizeLine)  //
+                           // chunk-ext: a ';' was seen (BWS alone is not an extension)
+  bool in_quote_ = false;  // chunk-ext quoted-string
   bool quote_escape_ = false;
 };
 

@@ -255,7 +255,7 @@ void Connection::dispatch() {
 void Connection::hand_over() {
   in_process_ = false;
   auto handler = std::move(upgrade_);
-  UpgradeContext ctx{loop_, server_, {}, std::string(in_.view()), std::string(out_.view()),
+  UpgradeContext ctx{loop_,   server_, {}, std::string(in_.view()), std::string(out_.view()),
                      peer_ip_};
   in_.clear();
   out_.clear();
@@ -358,8 +358,8 @@ void Connection::write_response(Response& r) {
   const bool no_body_status = r.status == 204 || r.status == 304 || r.status < 200;
 
   if (auto* text = std::get_if<std::string>(&r.body)) {
-    write_head(r.status, r, r.content_type(), no_body_status ? -1 : static_cast<int64_t>(text->size()),
-               false, nullptr);
+    write_head(r.status, r, r.content_type(),
+               no_body_status ? -1 : static_cast<int64_t>(text->size()), false, nullptr);
     if (!head_only_ && !no_body_status) {
       out_.append(*text);
       body_bytes_ = text->size();
@@ -445,7 +445,8 @@ void Connection::write_response(Response& r) {
   auto& stream = std::get<StreamBody>(r.body);
   stream_chunked_ = !stream.length && req_.version_minor >= 1;
   if (!stream.length && req_.version_minor == 0) close_after_write_ = true;  // close-delimited
-  write_head(r.status, r, r.content_type(), stream.length ? static_cast<int64_t>(*stream.length) : -1,
+  write_head(r.status, r, r.content_type(),
+             stream.length ? static_cast<int64_t>(*stream.length) : -1,
              stream_chunked_ && !head_only_, nullptr);
   if (head_only_ || no_body_status) {
     finish_request();
@@ -521,9 +522,10 @@ void Connection::access_log(int status, uint64_t bytes) {
   auto& b = server_.log().buffered();
   size_t cap = 160 + method.size() + target.size() + peer_ip_.size();
   char* p = b.reserve(cap);
-  auto r = fmt::format_to_n(p, cap, "{} info access remote={} method={} target={} status={} bytes={} ms={}",
-                            server_.log_time(), peer_ip_, method.empty() ? "-" : method,
-                            target.empty() ? "-" : target, status, bytes, loop_.now() - started_ms_);
+  auto r = fmt::format_to_n(
+      p, cap, "{} info access remote={} method={} target={} status={} bytes={} ms={}",
+      server_.log_time(), peer_ip_, method.empty() ? "-" : method, target.empty() ? "-" : target,
+      status, bytes, loop_.now() - started_ms_);
   b.commit(std::min(r.size, cap));
   server_.log().end_buffered_line();
 }
@@ -539,7 +541,8 @@ void Connection::finish_request() {
 
 void Connection::respond_error(int status, std::string_view reason) {
   ++server_.stats_.errors;
-  server_.log().info("request_refused", "remote={} status={} reason=\"{}\"", peer_ip_, status, reason);
+  server_.log().info("request_refused", "remote={} status={} reason=\"{}\"", peer_ip_, status,
+                     reason);
   abort_stream();
   file_active_ = false;
   close_after_write_ = true;
@@ -646,7 +649,8 @@ void Connection::update_interest() {
   if (closed_) return;
   uint32_t want = 0;
   bool busy = phase_ == Phase::kResponding || phase_ == Phase::kWaitingSite;
-  if (phase_ == Phase::kLingering || (!peer_eof_ && !busy && !close_after_write_ && out_.size() < kHighWater))
+  if (phase_ == Phase::kLingering ||
+      (!peer_eof_ && !busy && !close_after_write_ && out_.size() < kHighWater))
     want |= EPOLLIN;
   if (!peer_eof_) want |= EPOLLRDHUP;
   if (!out_.empty() || file_active_) want |= EPOLLOUT;

@@ -94,7 +94,7 @@ class Connection final : public core::IoHandler, private StreamWriter {
   Phase phase_ = Phase::kIdle;
   uint32_t interest_ = 0;
   bool closed_ = false;
-  bool closing_ = false;            // draining: the next response is the last
+  bool closing_ = false;  // draining: the next response is the last
   bool close_after_write_ = false;
   bool peer_eof_ = false;
   bool flush_scheduled_ = false;
@@ -104,20 +104,20 @@ class Connection final : public core::IoHandler, private StreamWriter {
 
   // The response in progress (files and streams).
   ResolvedFile file_;
-  size_t file_part_ = 0;        // multipart: the part being sent
-  uint64_t file_offset_ = 0;    // next byte of the current range
-  uint64_t file_left_ = 0;      // bytes left in the current range
+  size_t file_part_ = 0;      // multipart: the part being sent
+  uint64_t file_offset_ = 0;  // next byte of the current range
+  uint64_t file_left_ = 0;    // bytes left in the current range
   bool file_active_ = false;
   std::unique_ptr<StreamProducer> producer_;
   std::unique_ptr<UpgradeHandler> upgrade_;  // set by a 101 response until hand_over()
   bool stream_chunked_ = false;
   bool stream_ended_ = false;
   bool stream_wants_writable_ = false;
-  bool head_only_ = false;      // HEAD: no body bytes
-  uint64_t body_bytes_ = 0;     // for the access log
+  bool head_only_ = false;   // HEAD: no body bytes
+  uint64_t body_bytes_ = 0;  // for the access log
   int status_ = 0;
   uint64_t started_ms_ = 0;
-  std::string log_method_;      // copies for the access log of an asynchronous response
+  std::string log_method_;  // copies for the access log of an asynchronous response
   std::string log_target_;
 };
 

@@ -17,7 +17,9 @@ std::string_view trim_ows(std::string_view v) {
   return v;
 }
 
-RequestParser* self(llhttp_t* p) { return static_cast<RequestParser*>(p->data); }
+RequestParser* self(llhttp_t* p) {
+  return static_cast<RequestParser*>(p->data);
+}
 
 }  // namespace
 
@@ -65,7 +67,8 @@ HeadScanner::Outcome HeadScanner::scan(std::string_view data, const ParserLimits
         colon_ = i;
         if (i > line_start_ && (data[i - 1] == ' ' || data[i - 1] == '\t'))
           return fail(400, "whitespace before colon");
-      } else if (!is_tchar(static_cast<char>(c)) && !(i == line_start_ && (c == ' ' || c == '\t'))) {
+      } else if (!is_tchar(static_cast<char>(c)) &&
+                 !(i == line_start_ && (c == ' ' || c == '\t'))) {
         return fail(400, "invalid character in header name");
       }
     }
@@ -125,7 +128,8 @@ int RequestParser::on_header_value(llhttp_t* p, const char* at, size_t len) {
 }
 
 bool RequestParser::has_body() const {
-  return (parser_.flags & F_CHUNKED) || ((parser_.flags & F_CONTENT_LENGTH) && parser_.content_length);
+  return (parser_.flags & F_CHUNKED) ||
+         ((parser_.flags & F_CONTENT_LENGTH) && parser_.content_length);
 }
 
 int RequestParser::check_head() {

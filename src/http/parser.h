@@ -1,12 +1,13 @@
-// The HTTP/1.1 request parser: sans-IO glue around llhttp (Debian's node-llhttp) plus our own strict
-// scan of the request head (RFC 9112). Bytes in, one request at a time out; no sockets, no timers.
+// The HTTP/1.1 request parser: sans-IO glue around llhttp (Debian's node-llhttp) plus our own
+// strict scan of the request head (RFC 9112). Bytes in, one request at a time out; no sockets, no
+// timers.
 //
-// Why a scan of our own before llhttp: llhttp tolerates some forms RFC 9112 lets a server refuse and
-// that smuggling relies on (bare LF line ends, obs-fold), and it delivers header spans piecemeal when
-// a head arrives in pieces. The scanner refuses those forms with the exact status, enforces the
-// request-line, head-size and header-count limits as bytes arrive (so a slow or huge head is cut at
-// the limit, not buffered), and hands llhttp only complete heads: every view llhttp reports then
-// points into one contiguous buffer and the Request holds views, not copies.
+// Why a scan of our own before llhttp: llhttp tolerates some forms RFC 9112 lets a server refuse
+// and that smuggling relies on (bare LF line ends, obs-fold), and it delivers header spans
+// piecemeal when a head arrives in pieces. The scanner refuses those forms with the exact status,
+// enforces the request-line, head-size and header-count limits as bytes arrive (so a slow or huge
+// head is cut at the limit, not buffered), and hands llhttp only complete heads: every view llhttp
+// reports then points into one contiguous buffer and the Request holds views, not copies.
 //
 // A framing error ends the connection: after kError the caller answers `status` and closes; no byte
 // after the error is ever parsed as a request.
@@ -37,18 +38,16 @@ class HeadScanner {
   enum class State { kNeedMore, kComplete, kError };
   struct Outcome {
     State state = State::kNeedMore;
-    int status = 0;              // with kError: 400, 414, 431
-    std::string_view reason;     // with kError: static text for the log
-    size_t head_len = 0;         // with kComplete: bytes up to and including the empty line
+    int status = 0;           // with kError: 400, 414, 431
+    std::string_view reason;  // with kError: static text for the log
+    size_t head_len = 0;      // with kComplete: bytes up to and including the empty line
   };
   // `data` is every byte of this request received so far (it grows between calls).
   Outcome scan(std::string_view data, const ParserLimits& limits);
   void reset() { *this = HeadScanner(); }
 
  private:
-  Outcome fail(int status, std::string_view reason) {
-    return {State::kError, status, reason, 0};
-  }
+  Outcome fail(int status, std::string_view reason) { return {State::kError, status, reason, 0}; }
   size_t pos_ = 0;         // next byte to look at
   size_t line_start_ = 0;  // start of the current line
   size_t colon_ = 0;       // position of the current header line's colon, 0 if none yet

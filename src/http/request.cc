@@ -10,7 +10,9 @@ static constexpr std::string_view kMethodNames[] = {
     "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "TRACK", "CONNECT", "",
 };
 
-std::string_view method_name(Method m) { return kMethodNames[static_cast<int>(m)]; }
+std::string_view method_name(Method m) {
+  return kMethodNames[static_cast<int>(m)];
+}
 
 Method parse_method(std::string_view name) {
   for (int i = 0; i < static_cast<int>(Method::kOther); ++i)

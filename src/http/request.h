@@ -81,15 +81,15 @@ struct Request {
   std::string_view body;  // the whole request body (bounded by the body limit)
 
   // Admission.
-  std::string_view host;          // the Host header's value (or :authority), validated
-  std::string remote_address;     // the peer's IP, or the client's IP a relay forwarded
+  std::string_view host;       // the Host header's value (or :authority), validated
+  std::string remote_address;  // the peer's IP, or the client's IP a relay forwarded
   std::string_view scheme = "http";
 
   // Dispatch.
-  std::string_view pattern;       // the matched route's pattern, "" if none matched
-  std::vector<Param> params;      // from {name} segments, decoded
-  std::string wildcard;           // what '*' matched, decoded per segment ("a/b%2Fc" -> "a/b/c" is
-                                  // never produced: a decoded "/" inside a segment is refused)
+  std::string_view pattern;   // the matched route's pattern, "" if none matched
+  std::vector<Param> params;  // from {name} segments, decoded
+  std::string wildcard;       // what '*' matched, decoded per segment ("a/b%2Fc" -> "a/b/c" is
+                              // never produced: a decoded "/" inside a segment is refused)
   std::optional<Principal> principal;
 
   // The event loop serving this request, for routes that produce a response asynchronously

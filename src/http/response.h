@@ -28,13 +28,13 @@ namespace corral::http {
 
 // What a route asks to serve from disk.
 struct FileSpec {
-  // With a root: `path` is relative to it (usually what a "/static/*" route's wildcard matched), and
-  // nothing outside the root is ever served ("..", symlinks leading out, NUL). Without a root:
+  // With a root: `path` is relative to it (usually what a "/static/*" route's wildcard matched),
+  // and nothing outside the root is ever served ("..", symlinks leading out, NUL). Without a root:
   // `path` is an absolute path the application chose.
   std::string root;
   std::string path;
-  std::string download_name;  // non-empty: Content-Disposition: attachment with this name
-  std::string content_type;   // empty: by extension
+  std::string download_name;    // non-empty: Content-Disposition: attachment with this name
+  std::string content_type;     // empty: by extension
   bool directory_index = true;  // a directory serves its index.html
   uint32_t max_age = 0;         // Cache-Control max-age seconds, 0: no Cache-Control header
 };
@@ -121,7 +121,8 @@ class Response {
   static Response text(std::string body, int status = 200);
   static Response html(std::string body, int status = 200);
   static Response json(const nlohmann::json& value, int status = 200);
-  static Response bytes(std::string data, std::string_view content_type = "application/octet-stream",
+  static Response bytes(std::string data,
+                        std::string_view content_type = "application/octet-stream",
                         int status = 200);
   static Response redirect(std::string location, int status = 302);
   // A bare status; 4xx/5xx carry their reason phrase as a short text body.

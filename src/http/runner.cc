@@ -22,7 +22,8 @@ int run_server(core::Logger& log, const RunOptions& options, std::shared_ptr<con
   for (int fd : options.adopt_fds) {
     auto local = core::local_address(fd);
     if (auto r = server.adopt_listener(core::UniqueFd(fd)); !r || !local) {
-      log.error("listen_failed", "fd={} error=\"{}\"", fd, r ? local.error().reason : r.error().reason);
+      log.error("listen_failed", "fd={} error=\"{}\"", fd,
+                r ? local.error().reason : r.error().reason);
       return 1;
     }
     bound.push_back(local.value());

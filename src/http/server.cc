@@ -94,7 +94,9 @@ void Server::detach(Upgraded* u) {
   if (closing_) maybe_finish_close();
 }
 
-void Server::unpark(Connection* c) { std::erase(parked_, c); }
+void Server::unpark(Connection* c) {
+  std::erase(parked_, c);
+}
 
 void Server::set_policy(std::shared_ptr<const AdmissionPolicy> policy) {
   policy_ = std::move(policy);
@@ -105,7 +107,9 @@ void Server::set_policy(std::shared_ptr<const AdmissionPolicy> policy) {
   }
 }
 
-std::string_view Server::date() { return date_.get(loop_.wall_seconds()); }
+std::string_view Server::date() {
+  return date_.get(loop_.wall_seconds());
+}
 
 std::string_view Server::log_time() {
   if (loop_.wall_seconds() != log_time_s_) {
@@ -137,7 +141,8 @@ void Server::on_accept(int listen_fd) {
     if (stats_.active >= options_.max_connections || closing_) {
       // Refuse without touching the connections already served: a canned answer, then close.
       ++stats_.refused;
-      [[maybe_unused]] ssize_t w = ::send(fd, kBusyResponse, sizeof kBusyResponse - 1, MSG_NOSIGNAL);
+      [[maybe_unused]] ssize_t w =
+          ::send(fd, kBusyResponse, sizeof kBusyResponse - 1, MSG_NOSIGNAL);
       ::close(fd);
       if (stats_.refused % 1000 == 1)
         log_.warn("connection_refused", "reason=max_connections limit={} refused_total={}",

@@ -2,8 +2,8 @@
 // connections accepted from them, the published Site and the admission policy. Everything runs on
 // one EventLoop; nothing here knows about other processes (the fan-out adopts listeners into it).
 //
-// Lifecycle: listen (or adopt_listener) -> publish(site) -> ... -> close(done). Requests that arrive
-// before the first publish() wait and are served once a site is published, or get 503 after
+// Lifecycle: listen (or adopt_listener) -> publish(site) -> ... -> close(done). Requests that
+// arrive before the first publish() wait and are served once a site is published, or get 503 after
 // ready_timeout. publish() again swaps the site: requests in flight finish on the site they
 // started on. close() stops accepting, closes idle keep-alive connections, lets running requests
 // finish up to close_timeout, then closes the rest and calls `done`.
@@ -27,8 +27,8 @@ namespace corral::http {
 
 struct ServerOptions {
   ParserLimits limits;
-  uint32_t header_timeout_ms = 10'000;     // from the first byte of a request (or accept) to its head
-  uint32_t body_timeout_ms = 30'000;       // between body bytes
+  uint32_t header_timeout_ms = 10'000;  // from the first byte of a request (or accept) to its head
+  uint32_t body_timeout_ms = 30'000;    // between body bytes
   uint32_t keepalive_timeout_ms = 60'000;  // idle between requests
   uint32_t write_timeout_ms = 30'000;      // no write progress to a client that stopped reading
   uint32_t ready_timeout_ms = 10'000;      // waiting for the first publish()
@@ -57,7 +57,8 @@ class Server {
   Server& operator=(const Server&) = delete;
   ~Server();
 
-  core::Result<core::SocketAddress> listen(const core::SocketAddress& addr, bool reuse_port = false);
+  core::Result<core::SocketAddress> listen(const core::SocketAddress& addr,
+                                           bool reuse_port = false);
   // Serves an already listening socket (the fan-out supervisor creates them before forking).
   core::Result<void> adopt_listener(core::UniqueFd fd);
 
@@ -79,8 +80,8 @@ class Server {
   core::Logger& log() { return log_; }
   const std::shared_ptr<const Site>& site() const { return site_; }
   const AdmissionPolicy& policy() const { return *policy_; }
-  std::string_view date();       // the Date header value, formatted once per second
-  std::string_view log_time();   // ISO-8601, once per second
+  std::string_view date();      // the Date header value, formatted once per second
+  std::string_view log_time();  // ISO-8601, once per second
 
  private:
   friend class Connection;
@@ -98,7 +99,7 @@ class Server {
   std::vector<std::unique_ptr<Listener>> listeners_;
   std::shared_ptr<const Site> site_;
   std::shared_ptr<const AdmissionPolicy> policy_;
-  Connection* head_ = nullptr;  // intrusive list of live connections
+  Connection* head_ = nullptr;    // intrusive list of live connections
   Upgraded* upgraded_ = nullptr;  // intrusive list of upgraded connections
   std::vector<Connection*> parked_;
   ServerStats stats_;

@@ -59,7 +59,8 @@ class Site {
     std::string text;
     Wrap wrap;
   };
-  Site(Router router, std::vector<Handler> handlers) : router_(std::move(router)), handlers_(std::move(handlers)) {}
+  Site(Router router, std::vector<Handler> handlers)
+      : router_(std::move(router)), handlers_(std::move(handlers)) {}
   Response run(Request& req, const Router::Match& m) const;
   Response fail(Request& req, std::string_view pattern, std::string_view message) const;
 

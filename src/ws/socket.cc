@@ -31,8 +31,7 @@ class Connection final : public Socket,
                          private FrameHandler {
  public:
   Connection(http::UpgradeContext ctx, std::shared_ptr<const SocketRoute> route,
-             const SocketLimits& limits,
-             const std::optional<DeflateParams>& deflate)
+             const SocketLimits& limits, const std::optional<DeflateParams>& deflate)
       : loop_(ctx.loop),
         server_(ctx.server),
         fd_(std::move(ctx.fd)),

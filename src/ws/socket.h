@@ -25,11 +25,11 @@
 namespace corral::ws {
 
 struct SocketLimits {
-  uint64_t max_message = 1024 * 1024;   // bytes per message (after inflation); 1009 above
+  uint64_t max_message = 1024 * 1024;     // bytes per message (after inflation); 1009 above
   size_t max_buffered = 4 * 1024 * 1024;  // queued output; above it the connection is dropped
-  uint32_t ping_interval_ms = 20'000;   // silent this long: a ping
-  uint32_t idle_timeout_ms = 60'000;    // silent this long (pings unanswered): close 1001
-  uint32_t close_timeout_ms = 5'000;    // the peer's answer to our close frame
+  uint32_t ping_interval_ms = 20'000;     // silent this long: a ping
+  uint32_t idle_timeout_ms = 60'000;      // silent this long (pings unanswered): close 1001
+  uint32_t close_timeout_ms = 5'000;      // the peer's answer to our close frame
 };
 
 class Socket {

@@ -50,7 +50,8 @@ size_t query_number(std::string_view query, std::string_view key, size_t fallbac
 
 class SlowStream final : public http::StreamProducer {
  public:
-  SlowStream(core::EventLoop& loop, size_t ms) : timer_(loop.timers(), [this] { fire(); }), ms_(ms) {}
+  SlowStream(core::EventLoop& loop, size_t ms)
+      : timer_(loop.timers(), [this] { fire(); }), ms_(ms) {}
   void on_start(http::StreamWriter& w) override {
     writer_ = &w;
     timer_.arm_after(ms_);
@@ -136,8 +137,9 @@ int main(int argc, char** argv) {
   site.route("GET /throw", [](http::Request&) -> http::Response {
     throw std::runtime_error("secret internal detail");
   });
-  site.route("POST /upload",
-             [](http::Request& req) { return http::Response::text(std::to_string(req.body.size())); });
+  site.route("POST /upload", [](http::Request& req) {
+    return http::Response::text(std::to_string(req.body.size()));
+  });
   site.route("GET /files/*", [root](http::Request& req) {
     return http::Response::file({.root = root, .path = req.wildcard});
   });
@@ -152,16 +154,18 @@ int main(int argc, char** argv) {
   site.route("GET /whoami", [](http::Request& req) {
     return http::Response::text(req.principal ? req.principal->id : "anonymous");
   });
-  site.wrap("/wrapped/*", {.before = [](http::Request& req) -> std::optional<http::Response> {
-                             if (req.path == "/wrapped/short") return http::Response::text("from wrap");
-                             return std::nullopt;
-                           },
-                           .after = [](http::Request&, http::Response& r) { r.header("X-Wrapped", "1"); }});
+  site.wrap("/wrapped/*",
+            {.before = [](http::Request& req) -> std::optional<http::Response> {
+               if (req.path == "/wrapped/short") return http::Response::text("from wrap");
+               return std::nullopt;
+             },
+             .after = [](http::Request&, http::Response& r) { r.header("X-Wrapped", "1"); }});
   site.route("GET /wrapped/{x}", [](http::Request& req) {
     return http::Response::text("route " + std::string(req.param("x")));
   });
   site.route("GET /html", [](http::Request& req) {
-    return http::Response::html("<script nonce=\"" + std::string(req.csp_nonce()) + "\">1</script>");
+    return http::Response::html("<script nonce=\"" + std::string(req.csp_nonce()) +
+                                "\">1</script>");
   });
 
   ws::SocketRoute echo;
@@ -195,7 +199,9 @@ int main(int argc, char** argv) {
       for (ws::Socket* peer : rooms[room])
         if (peer != &from) peer->send_text(data);
     };
-    s.on_close = [&rooms, room](ws::Socket& s, uint16_t, std::string_view) { rooms[room].erase(&s); };
+    s.on_close = [&rooms, room](ws::Socket& s, uint16_t, std::string_view) {
+      rooms[room].erase(&s);
+    };
   };
   ws::add_socket_route(site, "/ws/chat/{room}", chat);
 
@@ -223,9 +229,7 @@ int main(int argc, char** argv) {
   ws::add_socket_route(site, "/ws/limited", limited);
 
   ws::SocketRoute who;
-  who.on_open = [](ws::Socket& s) {
-    s.send_text(s.principal() ? s.principal()->id : "anonymous");
-  };
+  who.on_open = [](ws::Socket& s) { s.send_text(s.principal() ? s.principal()->id : "anonymous"); };
   ws::add_socket_route(site, "/ws/who", who);
 
   core::Logger log(2, config.log_level);
