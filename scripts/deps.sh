@@ -5,8 +5,7 @@ set -euo pipefail
 
 build=(cmake ninja-build g++ pkg-config node-llhttp nlohmann-json3-dev libtomlplusplus-dev
        libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev)
-test=(clang libclang-rt-14-dev curl python3 python3-pytest python3-requests python3-websockets
-      nodejs npm)
+test=(clang libclang-rt-14-dev curl python3 python3-pytest python3-requests python3-websockets)
 bench=(wrk nginx-light strace)
 
 want=("${build[@]}")
@@ -21,6 +20,12 @@ missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node.js and npm: any install will do (this machine kind ships NodeSource's nodejs, which bundles
+# npm and conflicts with Debian's npm package); install Debian's only when the commands are absent.
+if [ "${1:-build}" != build ]; then
+  command -v node >/dev/null 2>&1 || missing+=(nodejs)
+  command -v npm >/dev/null 2>&1 || missing+=(npm)
+fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 sudo=""
