@@ -231,6 +231,12 @@ class Connection final : public Socket,
     }
     uint64_t silent = loop_.now() - last_rx_;
     if (silent >= limits_.idle_timeout_ms) {
+      // Timers run before this round's I/O: an answer may already be waiting. Look first.
+      on_readable();
+      if (state_ != State::kOpen) return;
+      silent = loop_.now() - last_rx_;
+    }
+    if (silent >= limits_.idle_timeout_ms) {
       start_close(kCloseGoingAway, "idle timeout", kCloseGoingAway);
       flush();
       return;
