@@ -21,6 +21,8 @@ constexpr size_t kReadSize = 16 * 1024;
 constexpr size_t kHighWater = 256 * 1024;
 constexpr size_t kLowWater = 64 * 1024;
 constexpr size_t kMaxLeadingEmptyLines = 4;
+// String bodies above this are written from the response itself instead of copied into out_.
+constexpr size_t kBigBody = 64 * 1024;
 // How long an idle keep-alive connection is kept once the server drains (see begin_close()).
 constexpr uint32_t kDrainGraceMs = 100;
 
@@ -361,8 +363,18 @@ void Connection::write_response(Response& r) {
     write_head(r.status, r, r.content_type(),
                no_body_status ? -1 : static_cast<int64_t>(text->size()), false, nullptr);
     if (!head_only_ && !no_body_status) {
-      out_.append(*text);
       body_bytes_ = text->size();
+      if (text->size() > kBigBody) {
+        // A large body is sent from the response's own string, not copied into out_ (a copy
+        // would double the memory a big response costs while a slow client reads it).
+        big_body_ = std::move(*text);
+        big_off_ = 0;
+        file_active_ = true;
+        log_method_.assign(req_.method_name);
+        log_target_.assign(req_.target);
+        return;  // flush() sends it; finish_request() follows
+      }
+      out_.append(*text);
     }
     finish_request();
     return;
@@ -545,6 +557,7 @@ void Connection::respond_error(int status, std::string_view reason) {
                      reason);
   abort_stream();
   file_active_ = false;
+  std::string().swap(big_body_);
   close_after_write_ = true;
   status_ = status;
   Response r = Response::status_only(status);
@@ -558,6 +571,25 @@ void Connection::respond_error(int status, std::string_view reason) {
 }
 
 bool Connection::send_file_data() {
+  if (!big_body_.empty()) {
+    while (big_off_ < big_body_.size()) {
+      ssize_t n = ::send(fd_.get(), big_body_.data() + big_off_, big_body_.size() - big_off_,
+                         MSG_NOSIGNAL);
+      if (n > 0) {
+        big_off_ += static_cast<size_t>(n);
+        write_timer_.cancel();
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN) return false;
+      close_now();
+      return false;
+    }
+    std::string().swap(big_body_);
+    file_active_ = false;
+    finish_request();
+    return true;
+  }
   while (file_active_) {
     if (file_left_ == 0) {
       if (!file_.parts.empty() && ++file_part_ < file_.parts.size()) {

@@ -107,7 +107,9 @@ class Connection final : public core::IoHandler, private StreamWriter {
   size_t file_part_ = 0;      // multipart: the part being sent
   uint64_t file_offset_ = 0;  // next byte of the current range
   uint64_t file_left_ = 0;    // bytes left in the current range
-  bool file_active_ = false;
+  bool file_active_ = false;    // a body is being sent after out_: a file, or big_body_
+  std::string big_body_;        // a large string body, sent in place
+  size_t big_off_ = 0;
   std::unique_ptr<StreamProducer> producer_;
   std::unique_ptr<UpgradeHandler> upgrade_;  // set by a 101 response until hand_over()
   bool stream_chunked_ = false;
