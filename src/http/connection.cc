@@ -182,6 +182,10 @@ void Connection::process_input() {
       if (in_.empty() || (in_.size() == 1 && in_.data()[0] == '\r')) break;
       phase_ = Phase::kHead;
       started_ms_ = loop_.now();
+      if (!in_request_) {
+        in_request_ = true;
+        server_.request_started();
+      }
       // A new connection's header deadline runs from accept: its first byte does not extend it.
       if (read_timer_kind_ != ReadTimer::kHeader)
         arm_read_timer(ReadTimer::kHeader, server_.options().header_timeout_ms);
@@ -549,6 +553,10 @@ void Connection::finish_request() {
   parser_.next_request();
   req_.reset();
   phase_ = Phase::kIdle;
+  if (in_request_) {
+    in_request_ = false;
+    server_.request_finished();
+  }
 }
 
 void Connection::respond_error(int status, std::string_view reason) {
@@ -731,6 +739,10 @@ void Connection::policy_changed() {
 void Connection::close_now() {
   if (closed_) return;
   closed_ = true;
+  if (in_request_) {
+    in_request_ = false;
+    server_.request_finished();
+  }
   abort_stream();
   read_timer_.cancel();
   write_timer_.cancel();

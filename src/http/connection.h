@@ -99,6 +99,7 @@ class Connection final : public core::IoHandler, private StreamWriter {
   bool peer_eof_ = false;
   bool flush_scheduled_ = false;
   bool in_process_ = false;
+  bool in_request_ = false;  // counted in the Server's requests in flight
   std::shared_ptr<const Site> site_;  // the site of the request in flight
   std::string admitted_host_;
 

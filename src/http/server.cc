@@ -82,6 +82,7 @@ void Server::attach(Upgraded* u) {
   if (upgraded_) upgraded_->prev_ = u;
   upgraded_ = u;
   ++stats_.active;
+  notify_idle();
   if (closing_) u->server_closing();
 }
 
@@ -91,7 +92,25 @@ void Server::detach(Upgraded* u) {
   if (upgraded_ == u) upgraded_ = u->next_;
   u->prev_ = u->next_ = nullptr;
   --stats_.active;
+  notify_idle();
   if (closing_) maybe_finish_close();
+}
+
+void Server::request_started() {
+  ++inflight_;
+  notify_idle();
+}
+
+void Server::request_finished() {
+  --inflight_;
+  notify_idle();
+}
+
+void Server::notify_idle() {
+  bool now_idle = idle();
+  if (now_idle == was_idle_) return;
+  was_idle_ = now_idle;
+  if (on_idle_change) on_idle_change(now_idle);
 }
 
 void Server::unpark(Connection* c) {

@@ -74,6 +74,12 @@ class Server {
   void attach(Upgraded* u);
   void detach(Upgraded* u);
 
+  // Idle: no request in flight and no upgraded connection open. A worker reports the flips.
+  bool idle() const { return inflight_ == 0 && upgraded_ == nullptr; }
+  std::function<void(bool idle)> on_idle_change;
+  void request_started();
+  void request_finished();
+
   const ServerStats& stats() const { return stats_; }
   const ServerOptions& options() const { return options_; }
   core::EventLoop& loop() { return loop_; }
@@ -101,6 +107,9 @@ class Server {
   std::shared_ptr<const AdmissionPolicy> policy_;
   Connection* head_ = nullptr;    // intrusive list of live connections
   Upgraded* upgraded_ = nullptr;  // intrusive list of upgraded connections
+  size_t inflight_ = 0;           // requests between their first byte and their response
+  bool was_idle_ = true;
+  void notify_idle();
   std::vector<Connection*> parked_;
   ServerStats stats_;
   DateCache date_;
