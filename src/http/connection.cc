@@ -117,7 +117,7 @@ void Connection::on_io(uint32_t events) {
     // The client shut down its side while we were not reading: it is gone as far as a stream is
     // concerned; anything else already queued is still written.
     peer_eof_ = true;
-    if (producer_) {
+    if (producer_ || deferred_) {
       abort_stream();
       close_now();
       return;
@@ -145,7 +145,7 @@ void Connection::on_readable() {
   // queued for complete requests are still written (the client may have only shut down its
   // sending side); a half-sent request is dropped.
   peer_eof_ = true;
-  if (n < 0 || producer_) {
+  if (n < 0 || producer_ || deferred_) {
     abort_stream();
     close_now();
     return;
@@ -437,6 +437,18 @@ void Connection::write_response(Response& r) {
     log_target_.assign(req_.target);
     return;  // flush() sends the file; finish_request() follows
   }
+  if (auto* d = std::get_if<DeferredBody>(&r.body)) {
+    if (!d->producer) {
+      Response err = Response::status_only(500);
+      write_response(err);
+      return;
+    }
+    log_method_.assign(req_.method_name);
+    log_target_.assign(req_.target);
+    deferred_ = std::move(d->producer);
+    deferred_->start(*this);  // may respond() at once
+    return;
+  }
   if (auto* up = std::get_if<UpgradeBody>(&r.body)) {
     // 101: the head goes out, then the connection is handed over (process_input, after the
     // upgrade request's bytes are consumed). No Connection: close, no keep-alive header.
@@ -523,7 +535,26 @@ void Connection::end() {
   }
 }
 
+void Connection::respond(Response response) {
+  if (closed_ || !deferred_) return;
+  loop_.destroy_later(std::move(deferred_));
+  if (std::holds_alternative<DeferredBody>(response.body)) response = Response::status_only(500);
+  write_response(response);
+  if (closed_) return;
+  loop_.defer([this] {
+    if (closed_) return;
+    flush();
+    process_input();
+    flush();
+  });
+}
+
 void Connection::abort_stream() {
+  if (deferred_) {
+    auto d = std::move(deferred_);
+    d->on_abort();
+    loop_.destroy_later(std::move(d));
+  }
   if (!producer_) return;
   auto p = std::move(producer_);
   p->on_abort();
@@ -581,8 +612,8 @@ void Connection::respond_error(int status, std::string_view reason) {
 bool Connection::send_file_data() {
   if (!big_body_.empty()) {
     while (big_off_ < big_body_.size()) {
-      ssize_t n = ::send(fd_.get(), big_body_.data() + big_off_, big_body_.size() - big_off_,
-                         MSG_NOSIGNAL);
+      ssize_t n =
+          ::send(fd_.get(), big_body_.data() + big_off_, big_body_.size() - big_off_, MSG_NOSIGNAL);
       if (n > 0) {
         big_off_ += static_cast<size_t>(n);
         write_timer_.cancel();

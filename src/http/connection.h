@@ -30,7 +30,7 @@ namespace corral::http {
 class Server;
 class Site;
 
-class Connection final : public core::IoHandler, private StreamWriter {
+class Connection final : public core::IoHandler, private StreamWriter, private Responder {
  public:
   Connection(Server& server, core::UniqueFd fd, const core::SocketAddress& peer);
   ~Connection();
@@ -76,6 +76,8 @@ class Connection final : public core::IoHandler, private StreamWriter {
   bool write(std::string_view data) override;
   void end() override;
   size_t buffered() const override { return out_.size(); }
+  // Responder
+  void respond(Response response) override;
 
   Server& server_;
   core::EventLoop& loop_;
@@ -99,7 +101,7 @@ class Connection final : public core::IoHandler, private StreamWriter {
   bool peer_eof_ = false;
   bool flush_scheduled_ = false;
   bool in_process_ = false;
-  bool in_request_ = false;  // counted in the Server's requests in flight
+  bool in_request_ = false;           // counted in the Server's requests in flight
   std::shared_ptr<const Site> site_;  // the site of the request in flight
   std::string admitted_host_;
 
@@ -108,11 +110,13 @@ class Connection final : public core::IoHandler, private StreamWriter {
   size_t file_part_ = 0;      // multipart: the part being sent
   uint64_t file_offset_ = 0;  // next byte of the current range
   uint64_t file_left_ = 0;    // bytes left in the current range
-  bool file_active_ = false;    // a body is being sent after out_: a file, or big_body_
-  std::string big_body_;        // a large string body, sent in place
+  bool file_active_ = false;  // a body is being sent after out_: a file, or big_body_
+  std::string big_body_;      // a large string body, sent in place
   size_t big_off_ = 0;
   std::unique_ptr<StreamProducer> producer_;
-  std::unique_ptr<UpgradeHandler> upgrade_;  // set by a 101 response until hand_over()
+  std::unique_ptr<UpgradeHandler> upgrade_;
+  std::unique_ptr<DeferredProducer>
+      deferred_;  // waiting for respond()  // set by a 101 response until hand_over()
   bool stream_chunked_ = false;
   bool stream_ended_ = false;
   bool stream_wants_writable_ = false;

@@ -69,6 +69,12 @@ Response Response::stream(std::unique_ptr<StreamProducer> producer, std::string_
   return r;
 }
 
+Response Response::deferred(std::unique_ptr<DeferredProducer> producer) {
+  Response r;
+  r.body = DeferredBody{std::move(producer)};
+  return r;
+}
+
 Response Response::upgrade(std::unique_ptr<UpgradeHandler> handler) {
   Response r;
   r.status = 101;

@@ -104,6 +104,31 @@ struct UpgradeBody {
   std::unique_ptr<UpgradeHandler> handler;
 };
 
+class Response;
+
+// The connection's side of a deferred response: respond() once, with any description but another
+// deferred one. Valid until respond() or the producer's on_abort().
+class Responder {
+ public:
+  virtual void respond(Response response) = 0;
+
+ protected:
+  ~Responder() = default;
+};
+
+// A response whose head is not known when the route returns (a proxy waiting for its upstream).
+class DeferredProducer {
+ public:
+  virtual ~DeferredProducer() = default;
+  virtual void start(Responder& responder) = 0;
+  // The client went away or the server closed first: stop; the responder is gone.
+  virtual void on_abort() {}
+};
+
+struct DeferredBody {
+  std::unique_ptr<DeferredProducer> producer;
+};
+
 struct StreamBody {
   std::unique_ptr<StreamProducer> producer;
   std::optional<uint64_t> length;  // known: Content-Length; unknown: chunked (HTTP/1.1)
@@ -112,7 +137,8 @@ struct StreamBody {
 class Response {
  public:
   using HeaderList = std::vector<std::pair<std::string, std::string>>;
-  using Body = std::variant<std::monostate, std::string, FileSpec, StreamBody, UpgradeBody>;
+  using Body =
+      std::variant<std::monostate, std::string, FileSpec, StreamBody, UpgradeBody, DeferredBody>;
 
   Response() = default;
   Response(Response&&) = default;
@@ -132,6 +158,8 @@ class Response {
                          std::string_view content_type = "application/octet-stream",
                          std::optional<uint64_t> length = std::nullopt);
 
+  // The head comes later: `producer` is started and responds through a Responder.
+  static Response deferred(std::unique_ptr<DeferredProducer> producer);
   // 101 Switching Protocols; `handler` takes the connection over once the head is written.
   static Response upgrade(std::unique_ptr<UpgradeHandler> handler);
 
