@@ -11,6 +11,7 @@ server's (after connect() or a send): a timeout must never fire early. Memory is
 """
 import resource
 import selectors
+import os
 import socket
 import threading
 import time
@@ -448,8 +449,11 @@ def test_reader_that_never_reads(server_factory, target, clients):
             # A 50 MB text body is in memory while it is owed (Response::text holds it all); no
             # more than that, and it is released when the write timeout closes the connection.
             assert (peak - baseline) < 100 * 1024, f"RSS grew {(peak - baseline) // 1024} MiB"
-            wait_until(lambda: rss_kb(pid) - baseline < 16 * 1024, 5,
-                       "RSS back under baseline + 16 MiB after the write timeout")
+            # Under AddressSanitizer freed memory sits in its quarantine (it is not returned to
+            # the OS at once), so only an unsanitized build can show the release.
+            if not os.environ.get("CORRAL_SANITIZED"):
+                wait_until(lambda: rss_kb(pid) - baseline < 16 * 1024, 5,
+                           "RSS back under baseline + 16 MiB after the write timeout")
         for s in stalled:  # the server closed each of them (a reset is fine: data was unread)
             s.settimeout(5)
             try:
