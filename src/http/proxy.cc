@@ -1,0 +1,340 @@
+#include "http/proxy.h"
+
+#include <errno.h>
+#include <llhttp.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+
+#include "core/buffer.h"
+#include "core/event_loop.h"
+#include "core/timer_wheel.h"
+#include "core/unique_fd.h"
+
+namespace corral::http {
+
+namespace {
+
+bool hop_by_hop(std::string_view name) {
+  static constexpr std::string_view kHop[] = {"connection",
+                                              "keep-alive",
+                                              "proxy-connection",
+                                              "proxy-authenticate",
+                                              "proxy-authorization",
+                                              "te",
+                                              "trailer",
+                                              "transfer-encoding",
+                                              "upgrade"};
+  for (auto h : kHop)
+    if (iequals(name, h)) return true;
+  return false;
+}
+
+bool corral_header(std::string_view name) {
+  return name.size() >= 7 && iequals(name.substr(0, 7), "corral-");
+}
+
+// The upstream exchange. shared: the DeferredProducer owns it until the head arrives, then the
+// StreamProducer that carries the body does; either may be dropped first by the connection.
+class Upstream final : public core::IoHandler, public std::enable_shared_from_this<Upstream> {
+ public:
+  Upstream(core::EventLoop& loop, std::string path, std::string request, uint32_t timeout_ms,
+           bool head)
+      : loop_(loop),
+        path_(std::move(path)),
+        timer_(loop.timers(), [this] { fail(504, "upstream response timeout"); }),
+        head_request_(head) {
+    out_.append(request);
+    llhttp_settings_init(&settings_);
+    settings_.on_status = nullptr;
+    settings_.on_header_field = [](llhttp_t* p, const char* at, size_t n) {
+      auto* u = static_cast<Upstream*>(p->data);
+      if (u->value_done_) {
+        u->field_.clear();
+        u->value_.clear();
+        u->value_done_ = false;
+      }
+      u->field_.append(at, n);
+      return 0;
+    };
+    settings_.on_header_value = [](llhttp_t* p, const char* at, size_t n) {
+      static_cast<Upstream*>(p->data)->value_.append(at, n);
+      return 0;
+    };
+    settings_.on_header_value_complete = [](llhttp_t* p) {
+      auto* u = static_cast<Upstream*>(p->data);
+      u->headers_.emplace_back(u->field_, u->value_);
+      u->value_done_ = true;
+      return 0;
+    };
+    settings_.on_headers_complete = [](llhttp_t* p) {
+      auto* u = static_cast<Upstream*>(p->data);
+      u->on_head();
+      return u->head_request_ ? 1 : 0;  // a response to HEAD has no body
+    };
+    settings_.on_body = [](llhttp_t* p, const char* at, size_t n) {
+      static_cast<Upstream*>(p->data)->on_body({at, n});
+      return 0;
+    };
+    settings_.on_message_complete = [](llhttp_t* p) {
+      static_cast<Upstream*>(p->data)->on_complete();
+      return 0;
+    };
+    llhttp_init(&parser_, HTTP_RESPONSE, &settings_);
+    parser_.data = this;
+    timeout_ms_ = timeout_ms;
+  }
+  ~Upstream() { close_fd(); }
+
+  void start(Responder& responder) {
+    responder_ = &responder;
+    sockaddr_un sun{};
+    if (path_.size() >= sizeof sun.sun_path) return fail(502, "upstream socket path too long");
+    sun.sun_family = AF_UNIX;
+    std::memcpy(sun.sun_path, path_.c_str(), path_.size() + 1);
+    fd_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!fd_ || ::connect(fd_.get(), reinterpret_cast<sockaddr*>(&sun), sizeof sun) < 0) {
+      if (errno != EAGAIN && errno != EINPROGRESS) return fail(502, "upstream unreachable");
+    }
+    interest_ = EPOLLIN | EPOLLOUT;
+    if (!loop_.add(fd_.get(), interest_, this)) return fail(502, "epoll");
+    timer_.arm_after(timeout_ms_);
+  }
+
+  // The body's side, once the head was passed on.
+  void attach_writer(StreamWriter* w) {
+    writer_ = w;
+    if (!w) {  // the client is gone
+      close_fd();
+      return;
+    }
+    if (!pending_body_.empty()) {
+      std::string pending = std::move(pending_body_);
+      pending_body_.clear();
+      if (!writer_->write(pending)) pause_reading();
+    }
+    if (complete_) finish_body();
+  }
+  void resume() {
+    if (fd_ && !(interest_ & EPOLLIN)) {
+      interest_ |= EPOLLIN;
+      (void)loop_.modify(fd_.get(), interest_, this);
+    }
+  }
+  void abort() {
+    responder_ = nullptr;
+    writer_ = nullptr;
+    close_fd();
+  }
+
+ private:
+  void on_io(uint32_t events) override {
+    if (!fd_) return;
+    if (events & EPOLLOUT) {
+      while (!out_.empty()) {
+        ssize_t n = ::send(fd_.get(), out_.data(), out_.size(), MSG_NOSIGNAL);
+        if (n > 0) {
+          out_.consume(static_cast<size_t>(n));
+          continue;
+        }
+        if (n < 0 && errno == EAGAIN) break;
+        return fail(502, "upstream write failed");
+      }
+      if (out_.empty()) {
+        interest_ &= ~static_cast<uint32_t>(EPOLLOUT);
+        (void)loop_.modify(fd_.get(), interest_, this);
+      }
+    }
+    if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+      char buf[16384];
+      ssize_t n = ::read(fd_.get(), buf, sizeof buf);
+      if (n > 0) {
+        auto self = shared_from_this();  // callbacks may drop the last other owner
+        llhttp_errno_t err = llhttp_execute(&parser_, buf, static_cast<size_t>(n));
+        if (err != HPE_OK && !complete_) fail(502, "malformed upstream response");
+        return;
+      }
+      if (n < 0 && errno == EAGAIN) return;
+      // EOF: a close-delimited body ends here; before the head it is a failure.
+      if (!head_seen_) return fail(502, "upstream closed before its response");
+      if (llhttp_message_needs_eof(&parser_)) llhttp_finish(&parser_);
+      if (!complete_) {
+        // Cut short: the client must not take a truncated body for a whole one.
+        close_fd();
+        if (writer_) {
+          auto* w = writer_;
+          writer_ = nullptr;
+          w->end();  // chunked: terminated; a Content-Length body stays short and the client sees
+                     // it
+        }
+        return;
+      }
+    }
+  }
+
+  void on_head() {
+    head_seen_ = true;
+    timer_.cancel();
+    int status = parser_.status_code;
+    Response r;
+    r.status = status;
+    std::string content_type;
+    for (auto& [k, v] : headers_) {
+      if (hop_by_hop(k) || iequals(k, "content-length") || iequals(k, "date") ||
+          iequals(k, "server"))
+        continue;
+      if (iequals(k, "content-type")) {
+        content_type = v;
+        continue;
+      }
+      r.headers.emplace_back(std::move(k), std::move(v));
+    }
+    std::optional<uint64_t> length;
+    if ((parser_.flags & F_CONTENT_LENGTH) && !head_request_) length = parser_.content_length;
+    bool no_body = head_request_ || status == 204 || status == 304 || status < 200;
+    if (no_body) {
+      r.set_content_type(content_type);
+      if (head_request_ && (parser_.flags & F_CONTENT_LENGTH))
+        r.header("Content-Length", std::to_string(parser_.content_length));
+      respond(std::move(r));
+      return;
+    }
+    class Body final : public StreamProducer {
+     public:
+      explicit Body(std::shared_ptr<Upstream> u) : u_(std::move(u)) {}
+      ~Body() override {
+        if (u_) u_->abort();
+      }
+      void on_start(StreamWriter& w) override { u_->attach_writer(&w); }
+      void on_writable(StreamWriter&) override { u_->resume(); }
+      void on_abort() override {
+        u_->abort();
+        u_.reset();
+      }
+
+     private:
+      std::shared_ptr<Upstream> u_;
+    };
+    auto body =
+        Response::stream(std::make_unique<Body>(shared_from_this()),
+                         content_type.empty() ? "application/octet-stream" : content_type, length);
+    body.status = status;
+    body.headers = std::move(r.headers);
+    respond(std::move(body));
+  }
+
+  void respond(Response r) {
+    if (!responder_) return;
+    auto* resp = responder_;
+    responder_ = nullptr;
+    resp->respond(std::move(r));
+  }
+
+  void on_body(std::string_view data) {
+    if (writer_) {
+      if (!writer_->write(data)) pause_reading();
+    } else {
+      pending_body_.append(data);  // before on_start: kept, bounded by one read's worth
+    }
+  }
+
+  void on_complete() {
+    complete_ = true;
+    close_fd();
+    if (writer_) finish_body();
+  }
+
+  void finish_body() {
+    auto* w = writer_;
+    writer_ = nullptr;
+    if (w) w->end();
+  }
+
+  void pause_reading() {
+    if (fd_ && (interest_ & EPOLLIN)) {
+      interest_ &= ~static_cast<uint32_t>(EPOLLIN);
+      (void)loop_.modify(fd_.get(), interest_, this);
+    }
+  }
+
+  void fail(int status, std::string_view why) {
+    close_fd();
+    timer_.cancel();
+    if (responder_) {
+      auto r = Response::status_only(status);
+      r.header("Corral-Proxy-Error", std::string(why));
+      respond(std::move(r));
+    } else if (writer_) {
+      auto* w = writer_;
+      writer_ = nullptr;
+      w->end();
+    }
+  }
+
+  void close_fd() {
+    if (fd_) {
+      loop_.remove(fd_.get());
+      fd_.reset();
+    }
+  }
+
+  core::EventLoop& loop_;
+  std::string path_;
+  core::Timer timer_;
+  uint32_t timeout_ms_ = 0;
+  bool head_request_;
+  core::UniqueFd fd_;
+  uint32_t interest_ = 0;
+  core::Buffer out_;
+  llhttp_settings_t settings_;
+  llhttp_t parser_;
+  std::string field_, value_;
+  bool value_done_ = true;
+  std::vector<std::pair<std::string, std::string>> headers_;
+  bool head_seen_ = false;
+  bool complete_ = false;
+  Responder* responder_ = nullptr;
+  StreamWriter* writer_ = nullptr;
+  std::string pending_body_;
+};
+
+class ProxyCall final : public DeferredProducer {
+ public:
+  explicit ProxyCall(std::shared_ptr<Upstream> u) : u_(std::move(u)) {}
+  void start(Responder& r) override { u_->start(r); }
+  void on_abort() override { u_->abort(); }
+
+ private:
+  std::shared_ptr<Upstream> u_;
+};
+
+}  // namespace
+
+Response proxy_to(Request& req, std::string unix_path, ProxyOptions options) {
+  if (!req.loop) return Response::status_only(502);
+  std::string r;
+  r.reserve(256 + req.target.size() + req.body.size());
+  r.append(req.method_name).append(" ").append(req.target).append(" HTTP/1.1\r\n");
+  for (const auto& h : req.headers) {
+    if (hop_by_hop(h.name) || corral_header(h.name) || iequals(h.name, "content-length")) continue;
+    r.append(h.name).append(": ").append(h.value).append("\r\n");
+  }
+  for (const auto& [k, v] : options.add_headers) r.append(k).append(": ").append(v).append("\r\n");
+  if (!req.body.empty() || req.method == Method::kPost || req.method == Method::kPut ||
+      req.method == Method::kPatch)
+    r.append("Content-Length: ").append(std::to_string(req.body.size())).append("\r\n");
+  r.append("Connection: close\r\n\r\n");
+  r.append(req.body);
+  // Freed after the loop's dispatch round: an event for its socket may be queued in this batch.
+  core::EventLoop& loop = *req.loop;
+  std::shared_ptr<Upstream> upstream(
+      new Upstream(loop, std::move(unix_path), std::move(r), options.response_timeout_ms,
+                   req.method == Method::kHead),
+      [&loop](Upstream* u) { loop.destroy_later(std::unique_ptr<Upstream>(u)); });
+  return Response::deferred(std::make_unique<ProxyCall>(std::move(upstream)));
+}
+
+}  // namespace corral::http

@@ -1,0 +1,123 @@
+// Integration: the reverse proxy to a Unix-socket upstream, in-process. The upstream is corral's
+// own Server on a Unix socket (as a worker is); the front Server proxies /p/* to it.
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+#include "core/event_loop.h"
+#include "core/log.h"
+#include "core/socket.h"
+#include "http/proxy.h"
+#include "http/server.h"
+#include "http/site.h"
+
+namespace corral::http {
+namespace {
+
+class Proxy : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerOptions opts;
+    opts.access_log = false;
+    path_ = "/tmp/corral-proxy-test-" + std::to_string(getpid()) + ".sock";
+    upstream_ = std::make_unique<Server>(loop_, log_, opts);
+    ASSERT_TRUE(upstream_->adopt_listener(core::listen_unix(path_).value()).ok());
+    SiteBuilder up;
+    up.route("GET /hello", [](Request& req) {
+      return Response::text("hello from upstream, remote " +
+                            std::string(req.header("corral-remote-address").value_or("?")));
+    });
+    up.route("GET /big", [](Request&) { return Response::text(std::string(1 << 20, 'b')); });
+    up.route("POST /echo", [](Request& req) { return Response::text(std::string(req.body)); });
+    up.route("GET /status/{n}", [](Request& req) {
+      return Response::status_only(std::stoi(std::string(req.param("n"))));
+    });
+    upstream_->publish(up.build().value());
+
+    front_ = std::make_unique<Server>(loop_, log_, opts);
+    port_ = front_->listen(core::parse_address("127.0.0.1:0").value())->port();
+    SiteBuilder fr;
+    fr.route("/p/*", [this](Request& req) {
+      // The upstream sees the path after /p.
+      target_ = "/" + req.wildcard;
+      req.target = target_;
+      return proxy_to(req, path_, {.add_headers = {{"Corral-Remote-Address", req.remote_address}}});
+    });
+    fr.route("/down/*", [](Request& req) { return proxy_to(req, "/tmp/corral-no-such.sock"); });
+    front_->publish(fr.build().value());
+  }
+  void TearDown() override { ::unlink(path_.c_str()); }
+
+  std::string exchange(const std::string& request, std::string_view until) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port_));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+    EXPECT_EQ(::send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+    std::string got;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    bool eof = false;
+    while (!eof && got.find(until) == std::string::npos &&
+           std::chrono::steady_clock::now() < deadline) {
+      loop_.run_once(5);
+      char buf[65536];
+      ssize_t n;
+      while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, static_cast<size_t>(n));
+      eof = n == 0;
+    }
+    ::close(fd);
+    return got;
+  }
+
+  core::EventLoop loop_;
+  core::Logger log_{2, core::LogLevel::kError};
+  std::string path_;
+  std::string target_;
+  std::unique_ptr<Server> upstream_, front_;
+  int port_ = 0;
+};
+
+TEST_F(Proxy, ForwardsAndAddsTrustedHeaders) {
+  auto got =
+      exchange("GET /p/hello HTTP/1.1\r\nHost: localhost\r\nCorral-Remote-Address: forged\r\n\r\n",
+               "upstream, remote 127.0.0.1");
+  EXPECT_NE(got.find("HTTP/1.1 200 OK"), std::string::npos) << got;
+  EXPECT_NE(got.find("hello from upstream, remote 127.0.0.1"), std::string::npos) << got;
+  EXPECT_EQ(got.find("forged"), std::string::npos);
+}
+
+TEST_F(Proxy, StreamsALargeBodyWithItsLength) {
+  auto got = exchange("GET /p/big HTTP/1.1\r\nHost: localhost\r\n\r\n", std::string(64, 'b'));
+  EXPECT_NE(got.find("Content-Length: 1048576"), std::string::npos) << got.substr(0, 300);
+  auto deadline_body =
+      exchange("GET /p/big HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+               "\xff-until-the-server-closes");
+  auto body = deadline_body.substr(deadline_body.find("\r\n\r\n") + 4);
+  EXPECT_EQ(body.size(), 1u << 20);
+}
+
+TEST_F(Proxy, SendsTheRequestBody) {
+  auto got =
+      exchange("POST /p/echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 11\r\n\r\nhello world",
+               "\r\n\r\nhello world");
+  EXPECT_NE(got.find("\r\n\r\nhello world"), std::string::npos) << got;
+}
+
+TEST_F(Proxy, PassesStatusesAndAnswers502WhenTheUpstreamIsDown) {
+  EXPECT_NE(exchange("GET /p/status/404 HTTP/1.1\r\nHost: localhost\r\n\r\n", "Not Found\n")
+                .find("HTTP/1.1 404"),
+            std::string::npos);
+  auto down = exchange("GET /down/x HTTP/1.1\r\nHost: localhost\r\n\r\n", "Bad Gateway\n");
+  EXPECT_NE(down.find("HTTP/1.1 502"), std::string::npos) << down;
+}
+
+}  // namespace
+}  // namespace corral::http
