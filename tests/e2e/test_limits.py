@@ -443,7 +443,9 @@ def test_reader_that_never_reads(server_factory, target, clients):
         print(f"RSS baseline {baseline} kB, peak {peak} kB")
         if target == b"/infinite":
             # Streams wait for the socket: a few MiB at most, whatever the number of readers.
-            assert (peak - baseline) < 32 * 1024, f"RSS grew {(peak - baseline) // 1024} MiB"
+            # (ASan keeps freed buffers in its quarantine: allow it more headroom.)
+            bound = 96 if os.environ.get("CORRAL_SANITIZED") else 32
+            assert (peak - baseline) < bound * 1024, f"RSS grew {(peak - baseline) // 1024} MiB"
             wait_until(lambda: infinite_aborts(srv) >= aborts_before + clients, 5, "stream aborts")
         else:
             # A 50 MB text body is in memory while it is owed (Response::text holds it all); no
