@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -68,6 +69,7 @@ struct Supervisor::Child final : core::IoHandler {
   bool ready = false;
   bool sent_term = false;
   std::shared_ptr<ListenerSet> listeners;
+  std::unique_ptr<core::MessageLink> link;
 };
 
 struct Supervisor::Slot {
@@ -131,6 +133,12 @@ void Supervisor::spawn(int index) {
     return;
   }
   core::UniqueFd ready_rd(pipefd[0]), ready_wr(pipefd[1]);
+  int linkfd[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, linkfd) < 0) {
+    log_.error("spawn_failed", "slot={} error=\"socketpair: {}\"", index, strerror(errno));
+    return;
+  }
+  core::UniqueFd link_ours(linkfd[0]), link_theirs(linkfd[1]);
   // A slot whose sockets were closed (its process exited 0 or 78) gets fresh ones.
   auto& sockets = listeners_->slots[static_cast<size_t>(index)];
   for (size_t a = 0; a < sockets.size(); ++a) {
@@ -172,7 +180,9 @@ void Supervisor::spawn(int index) {
     ctx.generation = generation_;
     ctx.ready_fd = ready_wr.release();
     fcntl(ctx.ready_fd, F_SETFD, 0);
-    std::vector<int> keep = {0, 1, 2, ctx.ready_fd};
+    ctx.link_fd = link_theirs.release();
+    link_ours.reset();
+    std::vector<int> keep = {0, 1, 2, ctx.ready_fd, ctx.link_fd};
     for (auto& fd : listeners_->slots[static_cast<size_t>(index)]) {
       ctx.listen_fds.push_back(fd.get());
       keep.push_back(fd.get());
@@ -196,6 +206,8 @@ void Supervisor::spawn(int index) {
   child->generation = generation_;
   child->started_ms = loop_.now();
   child->listeners = listeners_;
+  link_theirs.reset();
+  child->link = std::make_unique<core::MessageLink>(loop_, std::move(link_ours));
   if (!child->pidfd) {
     log_.error("pidfd_open_failed", "pid={} error=\"{}\"", pid, strerror(errno));
     kill(pid, SIGKILL);
@@ -213,6 +225,7 @@ void Supervisor::spawn(int index) {
   }
   log_.info("process_started", "slot={} pid={} cpu={} generation={}", index, pid, slot.cpu,
             generation_);
+  if (on_link) on_link(index, *child->link);
   children_.push_back(std::move(child));
 }
 

@@ -32,6 +32,7 @@
 
 #include "core/event_loop.h"
 #include "core/log.h"
+#include "core/message_link.h"
 #include "core/socket.h"
 #include "core/unique_fd.h"
 
@@ -56,6 +57,7 @@ struct ChildContext {
   uint64_t generation = 0;
   std::vector<int> listen_fds;  // this slot's sockets, one per address (owned by the child)
   int ready_fd = -1;
+  int link_fd = -1;  // SOCK_SEQPACKET to the supervisor (resolve addresses, later counters)
   // Tells the supervisor this process is serving (listeners adopted, routes published).
   void notify_ready() const;
 };
@@ -105,6 +107,8 @@ class Supervisor {
   bool terminating() const { return terminating_; }
   size_t live_processes() const { return children_.size(); }
   std::function<void()> on_finished;  // every process reaped after terminate(), or all exited 0
+  // A process's link to the supervisor is up (set its on_message); it lives as long as the process.
+  std::function<void(int slot, core::MessageLink& link)> on_link;
 
  private:
   struct Child;
