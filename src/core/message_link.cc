@@ -9,7 +9,16 @@ MessageLink::MessageLink(EventLoop& loop, UniqueFd fd) : loop_(loop), fd_(std::m
   if (fd_ && !loop_.add(fd_.get(), EPOLLIN, this)) fd_.reset();
 }
 
-MessageLink::~MessageLink() { close(); }
+MessageLink::~MessageLink() {
+  // Whoever holds a pointer to this link learns it is gone, even if no EOF was seen first.
+  if (fd_ && on_closed) {
+    close();
+    auto cb = std::move(on_closed);
+    cb();
+    return;
+  }
+  close();
+}
 
 void MessageLink::close() {
   if (!fd_) return;

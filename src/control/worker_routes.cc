@@ -1,0 +1,83 @@
+#include "control/worker_routes.h"
+
+#include <nlohmann/json.hpp>
+
+namespace corral::control {
+
+namespace {
+
+constexpr size_t kMaxWatchBacklog = 1 << 20;
+
+// One watcher of the manager's state: subscribes on start, unsubscribes on abort, end or
+// destruction, whichever comes first.
+class WatchStream final : public http::StreamProducer {
+ public:
+  explicit WatchStream(workers::Manager& manager) : manager_(manager) {}
+  ~WatchStream() override { unsubscribe(); }
+
+  void on_start(http::StreamWriter& w) override {
+    writer_ = &w;
+    w.write(nlohmann::json({{"state", manager_.state()}}).dump() + "\n");
+    id_ = manager_.watch([this](const std::string& address, const nlohmann::json& entry) {
+      if (!writer_) return;
+      writer_->write(nlohmann::json({{"address", address}, {"entry", entry}}).dump() + "\n");
+      if (writer_->buffered() > kMaxWatchBacklog) {  // a watcher that does not read
+        auto* w = std::exchange(writer_, nullptr);
+        unsubscribe();
+        w->end();
+      }
+    });
+  }
+  void on_abort() override {
+    writer_ = nullptr;
+    unsubscribe();
+  }
+
+ private:
+  void unsubscribe() {
+    if (id_) manager_.unwatch(std::exchange(id_, 0));
+  }
+  workers::Manager& manager_;
+  http::StreamWriter* writer_ = nullptr;
+  uint64_t id_ = 0;
+};
+
+http::Response accepted(workers::Manager& m, const std::string& address) {
+  return http::Response::json({{"address", address}, {"entry", m.entry(address)}}, 202);
+}
+
+http::Response not_found(std::string_view message) {
+  return http::Response::json({{"error", {{"message", message}, {"code", "not_found"}}}}, 404);
+}
+
+}  // namespace
+
+void add_worker_routes(http::SiteBuilder& site, workers::Manager& manager) {
+  site.route("GET /workers",
+             [&manager](http::Request&) { return http::Response::json(manager.state()); });
+  site.route("GET /workers/watch", [&manager](http::Request&) {
+    return http::Response::stream(std::make_unique<WatchStream>(manager), "application/x-ndjson");
+  });
+  site.route("POST /workers/{address}/retry", [&manager](http::Request& req) {
+    std::string address(req.param("address"));
+    if (!manager.retry(address)) return not_found("The address is neither failed nor suspended.");
+    return accepted(manager, address);
+  });
+  site.route("POST /workers/{address}/stop", [&manager](http::Request& req) {
+    std::string address(req.param("address"));
+    if (!manager.stop(address)) return not_found("No worker runs for this address.");
+    return accepted(manager, address);
+  });
+  site.route("POST /workers/{address}/suspend", [&manager](http::Request& req) {
+    std::string address(req.param("address"));
+    if (!manager.suspend(address)) return not_found("No such worker kind.");
+    return accepted(manager, address);
+  });
+  site.route("POST /workers/{address}/resume", [&manager](http::Request& req) {
+    std::string address(req.param("address"));
+    if (!manager.resume(address)) return not_found("The address is not suspended.");
+    return accepted(manager, address);
+  });
+}
+
+}  // namespace corral::control

@@ -1,0 +1,20 @@
+// The control API's worker routes (issue 4), served by the supervisor beside add_process_routes:
+//   GET  /workers                     the manager's state: {address: entry}
+//   GET  /workers/watch               chunked JSON lines: {"state": {...}} first, then one
+//                                     {"address": ..., "entry": ... | null} per change
+//   POST /workers/{address}/retry     202 {address, entry}; 404 if neither failed nor suspended
+//   POST /workers/{address}/stop      202; 404 if there is no worker nor a queued start
+//   POST /workers/{address}/suspend   202; 404 for an unknown kind
+//   POST /workers/{address}/resume    202; 404 if not suspended
+// The routes borrow the Manager: the control server must be closed before it is destroyed. A
+// watcher that does not read is cut off once 1 MiB is queued for it.
+#pragma once
+
+#include "http/site.h"
+#include "workers/manager.h"
+
+namespace corral::control {
+
+void add_worker_routes(http::SiteBuilder& site, workers::Manager& manager);
+
+}  // namespace corral::control

@@ -1,0 +1,115 @@
+#include "workers/launcher.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace corral::workers {
+
+namespace {
+
+void child_fail(const char* what) {
+  // Async-signal-safe: write(2) only. This lands in the worker's stderr pipe, so in its log.
+  const char* err = strerror(errno);
+  [[maybe_unused]] ssize_t w = ::write(2, "corral: ", 8);
+  w = ::write(2, what, strlen(what));
+  w = ::write(2, ": ", 2);
+  w = ::write(2, err, strlen(err));
+  w = ::write(2, "\n", 1);
+  _exit(127);
+}
+
+}  // namespace
+
+core::Result<Launched> ProcessLauncher::launch(const LaunchSpec& spec) {
+  if (spec.command.empty()) return core::Error{EINVAL, "the kind has no command"};
+  // Everything the child needs is built before fork(): after it, only async-signal-safe calls.
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string_view kv(*e);
+    auto eq = kv.find('=');
+    if (eq != std::string_view::npos) env[std::string(kv.substr(0, eq))] = kv.substr(eq + 1);
+  }
+  for (const auto& [k, v] : spec.env) env[k] = v;
+  env["CORRAL_CONTROL_FD"] = "3";
+  env["CORRAL_LISTEN_FD"] = "4";
+  env["CORRAL_ADDRESS"] = spec.address;
+  env["CORRAL_STATE_DIR"] = spec.state_dir;
+  std::vector<std::string> env_strings;
+  env_strings.reserve(env.size());
+  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp, argv;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = spec.command;
+  for (auto& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+    return core::errno_error("socketpair");
+  core::UniqueFd control(sv[0]), child_control(sv[1]);
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) < 0) return core::errno_error("pipe2");
+  core::UniqueFd out_rd(p[0]), out_wr(p[1]);
+  if (pipe2(p, O_CLOEXEC) < 0) return core::errno_error("pipe2");
+  core::UniqueFd err_rd(p[0]), err_wr(p[1]);
+  core::UniqueFd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!devnull) return core::errno_error("open /dev/null");
+
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) return core::errno_error("fork");
+  if (pid == 0) {
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(0);  // the supervisor died before prctl
+    // The supervisor blocks its signals for a signalfd and ignores SIGPIPE: start clean.
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int s = 1; s < NSIG; ++s) signal(s, SIG_DFL);
+    // Move every descriptor we keep above 4 first, so the dup2()s below cannot clobber one.
+    int fds[5] = {devnull.get(), out_wr.get(), err_wr.get(), child_control.get(), spec.listen_fd};
+    for (int& fd : fds) {
+      fd = fcntl(fd, F_DUPFD_CLOEXEC, 5);
+      if (fd < 0) child_fail("fcntl(F_DUPFD)");
+    }
+    for (int target = 0; target < 5; ++target) {
+      if (dup2(fds[target], target) < 0) child_fail("dup2");  // dup2 clears FD_CLOEXEC
+    }
+    close_range(5, ~0U, 0);
+    // The listening socket was made non-blocking for nobody in particular: workers block.
+    int fl = fcntl(4, F_GETFL);
+    if (fl >= 0) fcntl(4, F_SETFL, fl & ~O_NONBLOCK);
+    execvpe(argv[0], argv.data(), envp.data());
+    child_fail(argv[0]);
+  }
+  Launched l;
+  l.pid = pid;
+  // The child set its own group, but the parent sets it too: a kill of the group right after
+  // launch() returns must not miss a child that has not run setpgid yet.
+  setpgid(pid, pid);
+  l.pidfd.reset(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
+  if (!l.pidfd) {
+    auto e = core::errno_error("pidfd_open");
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    return e;
+  }
+  for (int fd : {control.get(), out_rd.get(), err_rd.get()})
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  l.control = std::move(control);
+  l.out = std::move(out_rd);
+  l.err = std::move(err_rd);
+  return l;
+}
+
+}  // namespace corral::workers

@@ -1,0 +1,57 @@
+// Launcher: how the worker manager turns a kind's command into a running worker process. It is an
+// interface (STYLE rule 5) so a test can run the manager with a fake; ProcessLauncher is the real
+// one, the contract of docs/worker-protocol.md:
+//
+//  * fork + exec of `command` (argv; the program is looked up on PATH) in a new process group
+//    (setpgid(0, 0), so a stop can kill the whole tree), with PR_SET_PDEATHSIG(SIGTERM) so no
+//    worker outlives the supervisor, the signal mask and dispositions reset to the defaults;
+//  * stdin /dev/null, stdout and stderr pipes (the parent's ends are returned, non-blocking);
+//  * fd 3: one end of a socketpair(AF_UNIX, SOCK_SEQPACKET) (the control link; the parent's end is
+//    returned, non-blocking), fd 4: `listen_fd` (the worker's listening Unix socket);
+//  * the environment of this process, then the kind's `env`, then CORRAL_CONTROL_FD=3,
+//    CORRAL_LISTEN_FD=4, CORRAL_ADDRESS, CORRAL_STATE_DIR; every other descriptor closed.
+//
+// An exec failure is written to the child's stderr and the child exits 127: the manager sees an
+// exit before `started`, a failed start. launch() allocates everything before fork(), so the child
+// only makes async-signal-safe calls. Stateless; call on the supervisor's thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+#include "core/unique_fd.h"
+
+namespace corral::workers {
+
+struct LaunchSpec {
+  std::vector<std::string> command;  // argv; command[0] is looked up on PATH
+  std::map<std::string, std::string> env;
+  std::string address;
+  std::string state_dir;
+  int listen_fd = -1;  // becomes fd 4 in the child; the caller keeps (and closes) its copy
+};
+
+struct Launched {
+  pid_t pid = 0;  // also the process group id
+  core::UniqueFd pidfd;
+  core::UniqueFd control;  // SOCK_SEQPACKET, O_NONBLOCK
+  core::UniqueFd out;      // the child's stdout, O_NONBLOCK
+  core::UniqueFd err;      // the child's stderr, O_NONBLOCK
+};
+
+class Launcher {
+ public:
+  virtual ~Launcher() = default;
+  virtual core::Result<Launched> launch(const LaunchSpec& spec) = 0;
+};
+
+class ProcessLauncher final : public Launcher {
+ public:
+  core::Result<Launched> launch(const LaunchSpec& spec) override;
+};
+
+}  // namespace corral::workers

@@ -1,0 +1,872 @@
+#include "workers/manager.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "core/socket.h"
+#include "http/percent.h"
+
+namespace corral::workers {
+
+namespace {
+
+// A child that closed its control link may simply be exiting: its fds close a moment before its
+// pidfd reports the exit. The link is called lost only if the child still lives this much later.
+constexpr uint32_t kLinkCheckMs = 100;
+constexpr size_t kMaxPacket = 64 * 1024;
+constexpr size_t kMaxPartialLine = 16 * 1024;
+constexpr size_t kMaxPublicField = 1024;
+constexpr size_t kMaxKey = 256;
+
+nlohmann::json public_error(std::string_view message, std::string_view code) {
+  return {{"message", message}, {"code", code}};
+}
+
+// A child's `fatal` error cut down to the public fields: three bounded strings, nothing else.
+nlohmann::json sanitize_error(const nlohmann::json& e) {
+  nlohmann::json out = {{"message", "The worker failed."}};
+  if (!e.is_object()) return out;
+  for (const char* key : {"message", "code", "reason"}) {
+    auto it = e.find(key);
+    if (it != e.end() && it->is_string()) {
+      std::string v = it->get<std::string>();
+      if (v.size() > kMaxPublicField) v.resize(kMaxPublicField);
+      out[key] = v;
+    }
+  }
+  return out;
+}
+
+std::string iso8601(time_t t) {
+  char buf[32];
+  size_t n = core::format_iso8601(t, buf);
+  return std::string(buf, n);
+}
+
+core::Result<void> make_dir(const std::string& path, mode_t mode) {
+  if (::mkdir(path.c_str(), mode) < 0 && errno != EEXIST) return core::errno_error(path.c_str());
+  struct stat st;
+  if (::stat(path.c_str(), &st) < 0) return core::errno_error(path.c_str());
+  if (!S_ISDIR(st.st_mode)) return core::Error{ENOTDIR, path + " is not a directory"};
+  ::chmod(path.c_str(), mode);
+  return {};
+}
+
+uint64_t fnv1a(std::string_view s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
+  return h;
+}
+
+std::string exit_text(const siginfo_t& info) {
+  if (info.si_code == CLD_EXITED) return "exit " + std::to_string(info.si_status);
+  return "signal " + std::to_string(info.si_status);
+}
+
+}  // namespace
+
+std::string encode_address(std::string_view address) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : address) {
+    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+        c == '_' || c == '-') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  if (out.empty() || out[0] == '.') out.insert(0, "%");  // never "", "." or ".." as a file name
+  return out;
+}
+
+struct Manager::Kind {
+  struct Segment {
+    bool param = false;
+    std::string literal;
+  };
+  struct Route {
+    std::vector<Segment> segments;
+    bool wildcard = false;
+  };
+  KindConfig config;
+  std::vector<Route> routes;
+};
+
+struct Manager::OutputReader final : core::IoHandler {
+  Manager* m = nullptr;
+  Worker* w = nullptr;
+  bool is_err = false;
+  core::UniqueFd fd;
+  std::string partial;
+
+  void on_io(uint32_t) override { read_some(); }
+  // One read; false once the pipe is at EOF (and closed).
+  bool read_some();
+  void drain() {
+    for (int i = 0; i < 64 && fd && read_some();) ++i;  // bounded: a straggler may keep writing
+  }
+  void close();
+};
+
+struct Manager::Worker final : core::IoHandler {
+  struct Control final : core::IoHandler {
+    Worker* w = nullptr;
+    void on_io(uint32_t) override { w->m.read_control(*w); }
+  };
+
+  Worker(Manager& manager, Slot& s) : m(manager), slot(&s) {
+    control_handler.w = this;
+    for (auto* r : {&out, &err}) {
+      r->m = &manager;
+      r->w = this;
+    }
+    err.is_err = true;
+  }
+  void on_io(uint32_t) override { m.on_exit(*this); }
+
+  Manager& m;
+  Slot* slot;
+  pid_t pid = 0;
+  core::UniqueFd pidfd;
+  core::UniqueFd control;
+  Control control_handler;
+  OutputReader out, err;
+  core::Timer start_timer, kill_timer, link_check;
+  time_t started_at = 0;
+  bool started = false;  // `started`: the lock is taken
+  bool ready = false;
+  bool idle = false;
+  uint64_t idle_since = 0;
+  bool stopping = false;
+  bool stop_after_started = false;  // a stop asked during the start runs at `started`
+  std::string failure_log;          // the full error, logged at the exit with the stderr tail
+};
+
+struct Manager::Slot {
+  std::string address;
+  const Kind* kind = nullptr;
+  std::string socket_path;
+  ino_t socket_inode = 0;
+  std::unique_ptr<Worker> worker;        // the live child, if any
+  std::vector<ResolveCallback> waiters;  // for the current start, or for the queued one
+  bool start_queued = false;             // a start waits for the current worker's exit
+  nlohmann::json failed;                 // the public error; null unless failed
+  time_t failed_at = 0;
+  bool suspended = false;
+  std::string tail;  // the last stderr bytes
+  nlohmann::json last_emitted;
+};
+
+bool Manager::OutputReader::read_some() {
+  char buf[16 * 1024];
+  ssize_t n = ::read(fd.get(), buf, sizeof buf);
+  if (n > 0) {
+    m->on_output(*w, is_err, std::string_view(buf, static_cast<size_t>(n)), false);
+    return true;
+  }
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return false;
+  m->on_output(*w, is_err, {}, true);
+  close();
+  return false;
+}
+
+void Manager::OutputReader::close() {
+  if (!fd) return;
+  m->loop_.remove(fd.get());
+  fd.reset();
+}
+
+core::Result<std::unique_ptr<Manager>> Manager::create(core::EventLoop& loop, core::Logger& log,
+                                                       ManagerOptions options,
+                                                       std::unique_ptr<Launcher> launcher) {
+  if (options.state_dir.empty())
+    return core::Error{EINVAL, "workers: the state directory is empty"};
+  while (options.state_dir.size() > 1 && options.state_dir.back() == '/')
+    options.state_dir.pop_back();
+  std::vector<std::unique_ptr<Kind>> kinds;
+  for (auto& cfg : options.kinds) {
+    auto kind = std::make_unique<Kind>();
+    const std::string& name = cfg.name;
+    if (name.empty() || name.find_first_of(":/%") != std::string::npos)
+      return core::Error{EINVAL,
+                         "workers." + name + ": a kind name is non-empty, without ':', '/', '%'"};
+    for (const auto& k : kinds)
+      if (k->config.name == name) return core::Error{EINVAL, "workers." + name + ": defined twice"};
+    if (cfg.command.empty()) return core::Error{EINVAL, "workers." + name + ".command: empty"};
+    for (const auto& pattern : cfg.routes) {
+      Kind::Route route;
+      bool params = false;
+      std::string_view p = pattern;
+      if (p.empty() || p[0] != '/')
+        return core::Error{EINVAL,
+                           "workers." + name + ".routes: \"" + pattern + "\" must start with '/'"};
+      p.remove_prefix(1);
+      while (true) {
+        auto slash = p.find('/');
+        std::string_view seg = p.substr(0, slash);
+        if (route.wildcard)
+          return core::Error{EINVAL,
+                             "workers." + name + ".routes: \"" + pattern + "\": '*' must be last"};
+        if (seg == "*") {
+          route.wildcard = true;
+        } else if (seg.size() > 2 && seg.front() == '{' && seg.back() == '}') {
+          route.segments.push_back({true, {}});
+          params = true;
+        } else {
+          std::string lit;
+          if (seg.find_first_of("{}*") != std::string_view::npos ||
+              (!seg.empty() && !http::percent_decode_segment(seg, lit)))
+            return core::Error{EINVAL,
+                               "workers." + name + ".routes: \"" + pattern + "\": bad segment"};
+          route.segments.push_back({false, lit});
+        }
+        if (slash == std::string_view::npos) break;
+        p.remove_prefix(slash + 1);
+      }
+      if (!params)
+        return core::Error{EINVAL, "workers." + name + ".routes: \"" + pattern +
+                                       "\" has no {param} to make the address's key"};
+      kind->routes.push_back(std::move(route));
+    }
+    kind->config = std::move(cfg);
+    kinds.push_back(std::move(kind));
+  }
+  for (const char* sub : {"", "/sockets", "/locks", "/logs"}) {
+    if (auto r = make_dir(options.state_dir + sub, 0700); !r) return r.error();
+  }
+  if (!launcher) launcher = std::make_unique<ProcessLauncher>();
+  options.kinds.clear();
+  std::unique_ptr<Manager> m(new Manager(loop, log, std::move(options), std::move(launcher)));
+  m->kinds_ = std::move(kinds);
+  return m;
+}
+
+Manager::Manager(core::EventLoop& loop, core::Logger& log, ManagerOptions options,
+                 std::unique_ptr<Launcher> launcher)
+    : loop_(loop),
+      log_(log),
+      options_(std::move(options)),
+      launcher_(std::move(launcher)),
+      idle_check_(loop.timers(), [this] {
+        check_idle();
+        arm_idle_check();
+      }) {}
+
+Manager::~Manager() {
+  // Whatever is left dies with the manager: a destructor cannot wait for a grace period.
+  for (auto& [address, slot] : slots_) {
+    Worker* w = slot->worker.get();
+    if (!w) continue;
+    loop_.remove(w->pidfd.get());
+    if (w->control) loop_.remove(w->control.get());
+    w->out.close();
+    w->err.close();
+    kill(-w->pid, SIGKILL);
+    siginfo_t info{};
+    while (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(w->pidfd.get()), &info,
+                  WEXITED) < 0 &&
+           errno == EINTR) {
+    }
+    remove_socket(*slot);
+  }
+}
+
+// Only our own socket file: another manager on the same state directory (corral restarted while
+// an old worker still stopped) may have replaced it.
+void Manager::remove_socket(Slot& slot) {
+  struct stat st;
+  if (slot.socket_path.empty() || ::stat(slot.socket_path.c_str(), &st) < 0) return;
+  if (st.st_ino == slot.socket_inode) ::unlink(slot.socket_path.c_str());
+}
+
+const Manager::Kind* Manager::kind_of(std::string_view address) const {
+  auto colon = address.find(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == address.size()) return nullptr;
+  auto name = address.substr(0, colon);
+  for (const auto& k : kinds_)
+    if (k->config.name == name) return k.get();
+  return nullptr;
+}
+
+Manager::Slot* Manager::find(const std::string& address) {
+  auto it = slots_.find(address);
+  return it == slots_.end() ? nullptr : it->second.get();
+}
+
+const Manager::Slot* Manager::find(const std::string& address) const {
+  auto it = slots_.find(address);
+  return it == slots_.end() ? nullptr : it->second.get();
+}
+
+std::optional<std::string> Manager::address_for(std::string_view path) const {
+  auto q = path.find_first_of("?#");
+  if (q != std::string_view::npos) path = path.substr(0, q);
+  if (path.empty() || path[0] != '/') return std::nullopt;
+  std::vector<std::string_view> segs;
+  std::string_view rest = path.substr(1);
+  while (true) {
+    auto slash = rest.find('/');
+    segs.push_back(rest.substr(0, slash));
+    if (slash == std::string_view::npos) break;
+    rest.remove_prefix(slash + 1);
+  }
+  std::string decoded;
+  for (const auto& kind : kinds_) {
+    for (const auto& route : kind->routes) {
+      size_t n = route.segments.size();
+      if (segs.size() < n || (!route.wildcard && segs.size() != n)) continue;
+      std::string key;
+      bool ok = true;
+      for (size_t i = 0; i < n && ok; ++i) {
+        const auto& s = route.segments[i];
+        if (!http::percent_decode_segment(segs[i], decoded)) {
+          ok = false;
+        } else if (s.param) {
+          if (decoded.empty()) ok = false;
+          if (!key.empty()) key += ':';
+          key += decoded;
+        } else {
+          ok = decoded == s.literal;
+        }
+      }
+      if (!ok || key.size() > kMaxKey) continue;
+      return kind->config.name + ":" + key;
+    }
+  }
+  return std::nullopt;
+}
+
+bool Manager::authorize(const std::optional<std::string>& principal, std::string_view address) {
+  const Kind* kind = kind_of(address);
+  if (!kind) return false;
+  if (!kind->config.authorize) return true;
+  try {
+    return kind->config.authorize(principal, address);
+  } catch (const std::exception& e) {
+    log_.error("authorize_failed", "address=\"{}\" error=\"{}\"", address, e.what());
+  } catch (...) {
+    log_.error("authorize_failed", "address=\"{}\" error=\"unknown exception\"", address);
+  }
+  return false;
+}
+
+void Manager::resolve(const std::string& address, ResolveCallback cb) {
+  const Kind* kind = kind_of(address);
+  if (!kind) return cb({{}, 404, public_error("No such worker.", "unknown_kind")});
+  if (closing_) return cb({{}, 503, public_error("The server is closing.", "closing")});
+  Slot* slot = find(address);
+  if (slot && slot->suspended)
+    return cb({{}, 503, public_error("The worker is suspended.", "suspended")});
+  if (slot && !slot->failed.is_null()) return cb({{}, 503, slot->failed});
+  if (slot && slot->worker && slot->worker->ready && !slot->worker->stopping)
+    return cb({slot->socket_path, 200, nullptr});
+  if (!slot) {
+    auto s = std::make_unique<Slot>();
+    s->address = address;
+    s->kind = kind;
+    slot = s.get();
+    slots_.emplace(address, std::move(s));
+  }
+  slot->waiters.push_back(std::move(cb));
+  if (!slot->worker) return start(*slot);
+  if (slot->worker->stopping) slot->start_queued = true;  // a start waits for the exit
+}
+
+void Manager::answer(Slot& slot, const Resolution& r) {
+  if (slot.waiters.empty()) return;
+  // Deferred: a callback may call back into the manager (retry, resolve) and change this slot.
+  loop_.defer([waiters = std::move(slot.waiters), r] {
+    for (const auto& cb : waiters) cb(r);
+  });
+  slot.waiters.clear();
+}
+
+void Manager::start(Slot& slot) {
+  const KindConfig& cfg = slot.kind->config;
+  nlohmann::json start_data = nlohmann::json::object();
+  if (cfg.start_hook) {
+    try {
+      start_data = cfg.start_hook(slot.address);
+    } catch (const std::exception& e) {
+      return fail(slot, public_error("The worker could not be started.", "start_failed"),
+                  std::string("start hook threw: ") + e.what());
+    } catch (...) {
+      return fail(slot, public_error("The worker could not be started.", "start_failed"),
+                  "start hook threw a non-exception");
+    }
+  }
+  std::string encoded = encode_address(slot.address);
+  slot.socket_path = options_.state_dir + "/sockets/" + encoded;
+  if (slot.socket_path.size() >= sizeof(sockaddr_un::sun_path))
+    slot.socket_path = fmt::format("{}/sockets/h-{:016x}", options_.state_dir, fnv1a(slot.address));
+  auto listener = core::listen_unix(slot.socket_path);
+  if (!listener)
+    return fail(slot, public_error("The worker could not be started.", "start_failed"),
+                listener.error().reason);
+  struct stat st;
+  slot.socket_inode = ::stat(slot.socket_path.c_str(), &st) == 0 ? st.st_ino : 0;
+  LaunchSpec spec{cfg.command, cfg.env, slot.address, options_.state_dir, listener->get()};
+  auto launched = launcher_->launch(spec);
+  listener->reset();  // the child has its copy; nothing here accepts
+  if (!launched) {
+    ::unlink(slot.socket_path.c_str());
+    return fail(slot, public_error("The worker could not be started.", "start_failed"),
+                launched.error().reason);
+  }
+  auto w = std::make_unique<Worker>(*this, slot);
+  w->pid = launched->pid;
+  w->pidfd = std::move(launched->pidfd);
+  w->control = std::move(launched->control);
+  w->out.fd = std::move(launched->out);
+  w->err.fd = std::move(launched->err);
+  w->started_at = loop_.wall_seconds();
+  Worker* wp = w.get();
+  w->start_timer.bind(loop_.timers(), [this, wp] { on_start_timeout(*wp); });
+  w->kill_timer.bind(loop_.timers(), [wp] { kill(-wp->pid, SIGKILL); });
+  w->link_check.bind(loop_.timers(), [this, wp] { on_link_check(*wp); });
+  (void)loop_.add(w->pidfd.get(), EPOLLIN, w.get());
+  (void)loop_.add(w->control.get(), EPOLLIN, &w->control_handler);
+  (void)loop_.add(w->out.fd.get(), EPOLLIN, &w->out);
+  (void)loop_.add(w->err.fd.get(), EPOLLIN, &w->err);
+  w->start_timer.arm_after(cfg.start_timeout_ms);
+  slot.worker = std::move(w);
+  ++workers_live_;
+  arm_idle_check();
+  log_.info("worker_starting", "address=\"{}\" pid={}", slot.address, wp->pid);
+  nlohmann::json msg = {{"type", "start"},
+                        {"address", slot.address},
+                        {"start", std::move(start_data)},
+                        {"scripts", nlohmann::json::array()},
+                        {"lock", options_.state_dir + "/locks/" + encoded + ".lock"}};
+  send(*wp, msg);
+  changed(slot);
+}
+
+bool Manager::send(Worker& w, const nlohmann::json& msg) {
+  if (!w.control) return false;
+  std::string data = msg.dump();
+  return ::send(w.control.get(), data.data(), data.size(), MSG_NOSIGNAL | MSG_DONTWAIT) ==
+         static_cast<ssize_t>(data.size());
+}
+
+void Manager::read_control(Worker& w) {
+  // Several packets per wakeup, bounded so one chatty worker cannot starve the loop.
+  for (int i = 0; i < 16 && w.control; ++i) {
+    char buf[kMaxPacket];
+    ssize_t n = ::recv(w.control.get(), buf, sizeof buf, MSG_DONTWAIT | MSG_TRUNC);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n <= 0) return on_link_closed(w);
+    if (static_cast<size_t>(n) > sizeof buf) {
+      log_.warn("worker_protocol_error", "address=\"{}\" error=\"packet of {} bytes\"",
+                w.slot->address, n);
+      return on_link_closed(w);
+    }
+    auto msg = nlohmann::json::parse(std::string_view(buf, static_cast<size_t>(n)), nullptr, false);
+    if (!msg.is_object() || !msg.contains("type") || !msg["type"].is_string()) {
+      log_.warn("worker_protocol_error", "address=\"{}\" error=\"not a JSON message\"",
+                w.slot->address);
+      return on_link_closed(w);
+    }
+    on_message(w, msg);
+  }
+}
+
+void Manager::on_message(Worker& w, const nlohmann::json& msg) {
+  Slot& slot = *w.slot;
+  const std::string type = msg["type"].get<std::string>();
+  auto idle_of = [&msg] {
+    auto it = msg.find("idle");
+    return it == msg.end() || !it->is_boolean() || it->get<bool>();
+  };
+  if (type == "started" || (type == "ready" && !w.started)) {
+    if (!w.started) {
+      w.started = true;
+      w.start_timer.cancel();
+      log_.info("worker_started", "address=\"{}\" pid={}", slot.address, w.pid);
+      if (w.stop_after_started && !w.stopping) begin_stop(w, "stop");
+    }
+  }
+  if (type == "ready") {
+    if (w.ready || w.stopping) return;
+    w.ready = true;
+    w.idle = idle_of();
+    w.idle_since = loop_.now();
+    log_.info("worker_ready", "address=\"{}\" pid={} idle={}", slot.address, w.pid, w.idle);
+    answer(slot, {slot.socket_path, 200, nullptr});
+    changed(slot);
+  } else if (type == "idle") {
+    bool idle = idle_of();
+    if (idle && !w.idle) w.idle_since = loop_.now();
+    w.idle = idle;
+  } else if (type == "fatal") {
+    auto it = msg.find("error");
+    nlohmann::json pub = sanitize_error(it == msg.end() ? nlohmann::json() : *it);
+    if (w.stopping) {
+      // An error while it stops (a closer failing) is no failure of the address: it was asked to
+      // go.
+      log_.warn("worker_error_on_stop", "address=\"{}\" pid={} error={}", slot.address, w.pid,
+                msg.dump());
+      return;
+    }
+    fail(slot, pub, "fatal: " + msg.dump());
+  }
+  // Unknown types are ignored (forward compatibility).
+}
+
+void Manager::on_link_closed(Worker& w) {
+  loop_.remove(w.control.get());
+  w.control.reset();
+  w.link_check.arm_after(kLinkCheckMs);
+}
+
+void Manager::on_link_check(Worker& w) {
+  siginfo_t info{};
+  if (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(w.pidfd.get()), &info,
+             WEXITED | WNOHANG | WNOWAIT) == 0 &&
+      info.si_pid != 0)
+    return;                // it exited: on_exit decides (a crash, or the end of a stop)
+  if (w.stopping) return;  // a stopping worker may close its link first
+  Slot& slot = *w.slot;
+  const uint64_t now = loop_.now();
+  if (!w.ready) {
+    return fail(slot, public_error("The worker lost its link.", "link_lost"),
+                "the control link closed before ready");
+  }
+  // Kept outside the slot: the slot goes with the recovered worker's exit, the memory must not.
+  auto it = recoveries_.find(slot.address);
+  if (it != recoveries_.end() && now - it->second < options_.link_recovery_window_ms) {
+    return fail(slot, public_error("The worker lost its link.", "link_lost"),
+                "a second lost control link within the recovery window");
+  }
+  recoveries_[slot.address] = now;
+  log_.warn("worker_link_lost", "address=\"{}\" pid={} action=stop", slot.address, w.pid);
+  begin_stop(w, "link_lost");
+}
+
+void Manager::on_start_timeout(Worker& w) {
+  Slot& slot = *w.slot;
+  fail(slot, public_error("The worker did not start in time.", "start_timeout"),
+       fmt::format("no `started` within {} ms of the fork", slot.kind->config.start_timeout_ms));
+  kill(-w.pid, SIGKILL);  // no grace: it never took its lock, there is nothing to close
+}
+
+void Manager::begin_stop(Worker& w, std::string_view why) {
+  if (w.stopping) return;
+  Slot& slot = *w.slot;
+  w.stopping = true;
+  w.start_timer.cancel();
+  if (!slot.start_queued)
+    answer(slot, {{}, 503, public_error("The worker was stopped.", "stopped")});
+  log_.info("worker_stopping", "address=\"{}\" pid={} reason={}", slot.address, w.pid, why);
+  // Without a link, SIGTERM is the same request (the worker library treats them alike).
+  if (!send(w, {{"type", "shutdown"}})) kill(-w.pid, SIGTERM);
+  w.kill_timer.arm_after(slot.kind->config.stop_grace_ms);
+  changed(slot);
+}
+
+void Manager::fail(Slot& slot, nlohmann::json pub, std::string full) {
+  slot.failed = std::move(pub);
+  slot.failed_at = loop_.wall_seconds();
+  slot.start_queued = false;
+  answer(slot, {{}, 503, slot.failed});
+  Worker* w = slot.worker.get();
+  if (w && !w->stopping) {
+    w->failure_log = std::move(full);  // logged at its exit, with all its stderr
+    begin_stop(*w, "failed");
+  } else if (w) {
+    if (w->failure_log.empty()) w->failure_log = std::move(full);
+  } else {
+    log_.error("worker_failed", "address=\"{}\" error=\"{}\" public={} stderr_tail=\"{}\"",
+               slot.address, full, slot.failed.dump(), slot.tail);
+  }
+  changed(slot);
+}
+
+void Manager::on_exit(Worker& w) {
+  Slot& slot = *w.slot;
+  // The leader is a zombie until reaped, so its pid (= the group id) cannot be reused yet: kill
+  // whatever it left in its group first. A worker's process group does not outlive it.
+  kill(-w.pid, SIGKILL);
+  siginfo_t info{};
+  if (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(w.pidfd.get()), &info,
+             WEXITED | WNOHANG) < 0 ||
+      info.si_pid == 0)
+    return;
+  std::string how = exit_text(info);
+  loop_.remove(w.pidfd.get());
+  if (w.control) loop_.remove(w.control.get());
+  w.out.drain();
+  w.err.drain();
+  w.out.close();
+  w.err.close();
+  if (!w.out.partial.empty()) on_output(w, false, {}, true);
+  if (!w.err.partial.empty()) on_output(w, true, {}, true);
+  bool asked = w.stopping || closing_;
+  log_.info("worker_exited", "address=\"{}\" pid={} how=\"{}\" asked={}", slot.address, w.pid, how,
+            asked);
+  std::string failure = std::move(w.failure_log);
+  loop_.destroy_later(std::move(slot.worker));
+  --workers_live_;
+  remove_socket(slot);
+  if (!failure.empty()) {
+    log_.error("worker_failed",
+               "address=\"{}\" error=\"{}\" exit=\"{}\" public={} stderr_tail=\"{}\"", slot.address,
+               failure, how, slot.failed.dump(), slot.tail);
+  } else if (!asked) {
+    fail(slot, public_error("The worker exited unexpectedly.", "worker_exited"),
+         (w.started ? "exited: " : "exited before `started`: ") + how);
+  }
+  if (slot.start_queued) {
+    slot.start_queued = false;
+    if (!slot.waiters.empty()) start(slot);  // fail() above answered them if it crashed
+  }
+  if (closing_ && workers_live_ == 0) finish_close();
+  settle(slot);
+}
+
+void Manager::on_output(Worker& w, bool is_err, std::string_view data, bool eof) {
+  Slot& slot = *w.slot;
+  OutputReader& r = is_err ? w.err : w.out;
+  if (is_err && !data.empty()) {
+    slot.tail.append(data);
+    if (slot.tail.size() > options_.stderr_tail_bytes)
+      slot.tail.erase(0, slot.tail.size() - options_.stderr_tail_bytes);
+  }
+  std::string lines;
+  auto emit = [&](std::string_view line) {
+    lines += slot.address;
+    lines += ' ';
+    lines += line;
+    lines += '\n';
+  };
+  while (!data.empty()) {
+    auto nl = data.find('\n');
+    if (nl == std::string_view::npos) {
+      r.partial.append(data);
+      if (r.partial.size() > kMaxPartialLine) {
+        emit(r.partial);
+        r.partial.clear();
+      }
+      break;
+    }
+    if (r.partial.empty()) {
+      emit(data.substr(0, nl));
+    } else {
+      r.partial.append(data.substr(0, nl));
+      emit(r.partial);
+      r.partial.clear();
+    }
+    data.remove_prefix(nl + 1);
+  }
+  if (eof && !r.partial.empty()) {
+    emit(r.partial);
+    r.partial.clear();
+  }
+  if (lines.empty()) return;
+  int fd = log_fd(*slot.kind);
+  if (fd >= 0) {
+    [[maybe_unused]] ssize_t n = ::write(fd, lines.data(), lines.size());
+  }
+}
+
+int Manager::log_fd(const Kind& kind) {
+  auto it = log_fds_.find(kind.config.name);
+  if (it != log_fds_.end()) return it->second.get();
+  std::string path = options_.state_dir + "/logs/" + kind.config.name + ".log";
+  core::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+  if (!fd) log_.error("worker_log_failed", "path=\"{}\" error=\"{}\"", path, strerror(errno));
+  int raw = fd.get();
+  if (fd) log_fds_.emplace(kind.config.name, std::move(fd));
+  return raw;
+}
+
+void Manager::arm_idle_check() {
+  if (workers_live_ > 0 && !idle_check_.armed()) idle_check_.arm_after(options_.idle_check_ms);
+}
+
+void Manager::check_idle() {
+  const uint64_t now = loop_.now();
+  std::erase_if(recoveries_,
+                [&](const auto& r) { return now - r.second >= options_.link_recovery_window_ms; });
+  std::vector<Worker*> due;
+  for (auto& [address, slot] : slots_) {
+    Worker* w = slot->worker.get();
+    if (w && w->ready && !w->stopping && w->idle &&
+        now - w->idle_since >= slot->kind->config.idle_ms)
+      due.push_back(w);
+  }
+  for (Worker* w : due) begin_stop(*w, "idle");
+}
+
+bool Manager::retry(const std::string& address) {
+  Slot* slot = find(address);
+  if (!slot || (slot->failed.is_null() && !slot->suspended)) return false;
+  slot->failed = nullptr;
+  slot->suspended = false;
+  recoveries_.erase(address);
+  log_.info("worker_retry", "address=\"{}\"", address);
+  settle(*slot);
+  return true;
+}
+
+bool Manager::stop(const std::string& address) {
+  Slot* slot = find(address);
+  if (!slot) return false;
+  bool acted = false;
+  if (slot->start_queued) {  // the queued start is cancelled; its waiters are told
+    slot->start_queued = false;
+    answer(*slot, {{}, 503, public_error("The worker was stopped.", "stopped")});
+    acted = true;
+  }
+  if (Worker* w = slot->worker.get()) {
+    acted = true;
+    if (!w->started && !w->stopping)
+      w->stop_after_started = true;  // a stop during a start waits for it
+    else
+      begin_stop(*w, "stop");
+  }
+  if (acted) settle(*slot);
+  return acted;
+}
+
+bool Manager::suspend(const std::string& address) {
+  const Kind* kind = kind_of(address);
+  if (!kind) return false;
+  Slot* slot = find(address);
+  if (!slot) {
+    auto s = std::make_unique<Slot>();
+    s->address = address;
+    s->kind = kind;
+    slot = s.get();
+    slots_.emplace(address, std::move(s));
+  }
+  slot->suspended = true;
+  slot->start_queued = false;
+  answer(*slot, {{}, 503, public_error("The worker is suspended.", "suspended")});
+  log_.info("worker_suspended", "address=\"{}\"", address);
+  settle(*slot);
+  return true;
+}
+
+bool Manager::resume(const std::string& address) {
+  Slot* slot = find(address);
+  if (!slot || !slot->suspended) return false;
+  slot->suspended = false;
+  log_.info("worker_resumed", "address=\"{}\"", address);
+  settle(*slot);
+  return true;
+}
+
+void Manager::close(std::function<void()> done) {
+  if (closing_) {
+    if (done) loop_.defer(std::move(done));
+    return;
+  }
+  closing_ = true;
+  close_done_ = std::move(done);
+  log_.info("workers_closing", "workers={}", workers_live_);
+  std::vector<Slot*> slots;
+  for (auto& [address, slot] : slots_) slots.push_back(slot.get());
+  // Queued and waiting starts first: nothing forks after this.
+  for (Slot* slot : slots) {
+    slot->start_queued = false;
+    answer(*slot, {{}, 503, public_error("The server is closing.", "closing")});
+  }
+  for (Slot* slot : slots) {
+    if (slot->worker) begin_stop(*slot->worker, "close");
+  }
+  if (workers_live_ == 0) finish_close();
+  for (Slot* slot : slots) settle(*slot);
+}
+
+void Manager::finish_close() {
+  idle_check_.cancel();
+  if (close_done_) loop_.defer(std::exchange(close_done_, nullptr));
+}
+
+nlohmann::json Manager::entry(const std::string& address) const {
+  const Slot* slot = find(address);
+  return slot ? entry_of(*slot) : nlohmann::json();
+}
+
+nlohmann::json Manager::entry_of(const Slot& slot) const {
+  nlohmann::json e;
+  if (!slot.failed.is_null()) {
+    e = {{"status", "failed"}, {"error", slot.failed}, {"at", iso8601(slot.failed_at)}};
+  } else if (const Worker* w = slot.worker.get()) {
+    e = {{"status", w->stopping ? "stopping"
+                    : w->ready  ? "running"
+                                : "starting"},
+         {"pid", w->pid},
+         {"startedAt", iso8601(w->started_at)}};
+  } else if (slot.suspended) {
+    e = {{"status", "suspended"}};
+  }
+  if (slot.suspended) e["suspended"] = true;
+  return e;
+}
+
+nlohmann::json Manager::state() const {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [address, slot] : slots_) {
+    auto e = entry_of(*slot);
+    if (!e.is_null()) out[address] = std::move(e);
+  }
+  return out;
+}
+
+std::string Manager::stderr_tail(const std::string& address) const {
+  const Slot* slot = find(address);
+  return slot ? slot->tail : std::string();
+}
+
+void Manager::changed(Slot& slot) {
+  nlohmann::json e = entry_of(slot);
+  if (e == slot.last_emitted) return;
+  slot.last_emitted = e;
+  emit(slot.address, e);
+}
+
+void Manager::emit(const std::string& address, const nlohmann::json& e) {
+  // A watcher may unwatch (itself or another) from its callback: walk a snapshot of the ids.
+  std::vector<uint64_t> ids;
+  for (const auto& [id, cb] : watchers_) ids.push_back(id);
+  for (uint64_t id : ids) {
+    auto it = watchers_.find(id);
+    if (it != watchers_.end()) it->second(address, e);
+  }
+  if (on_change) on_change(address, e);
+}
+
+void Manager::settle(Slot& slot) {
+  changed(slot);
+  if (slot.worker || !slot.waiters.empty() || slot.start_queued || !slot.failed.is_null() ||
+      slot.suspended)
+    return;
+  std::string key = slot.address;
+  slots_.erase(key);  // destroys `slot`; its last emitted entry was null
+}
+
+uint64_t Manager::watch(ChangeCallback cb) {
+  uint64_t id = next_watch_++;
+  watchers_.emplace(id, std::move(cb));
+  return id;
+}
+
+void Manager::unwatch(uint64_t id) {
+  watchers_.erase(id);
+}
+
+}  // namespace corral::workers

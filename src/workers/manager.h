@@ -1,0 +1,183 @@
+// Manager: the worker manager (spec seed §3 `chord/workers`, issue 4). It runs in the supervisor on
+// its event loop and owns every worker process: one per address ("kind:key", e.g. "doc:42"),
+// started on the first resolve() for the address, stopped when idle, never restarted by itself.
+//
+// Per address the operations queue: a start waits for the previous worker's exit (the worker also
+// takes a per-address flock, so two managers on one state directory still never run two), a stop
+// during a start waits for `started` and then stops. A child's events (its exit, its link's close,
+// `started`, `ready`, `idle`, `fatal`) are recorded on that child, so a late event of an old child
+// never changes a new one.
+//
+//  * start: the kind's start_hook (JSON; a throw fails the start), a listening Unix socket in
+//    <state>/sockets/ (0700), the launch (Launcher), then `start {address, start, scripts, lock}`.
+//    The start timer (start_timeout_ms from the fork) covers fork, lock and `started` only: past it
+//    the process group is killed and the start fails. Waiters are answered at `ready`.
+//  * failure: a crash (an exit nobody asked for), a `fatal`, a failed start leave the address
+//    `failed` with a public error ({message, code?, reason?}; a child's `fatal` error is cut down
+//    to those three strings) until retry(): resolve() answers 503 at once, nothing forks. The full
+//    error and the stderr tail go only to the log (`worker_failed`).
+//  * idle: checked every second; a worker idle (its last `ready`/`idle` said so) for the kind's
+//    idle_ms since then is stopped, never before `ready`.
+//  * stop: `shutdown` (SIGTERM to the group if the link is gone), SIGKILL to the process group
+//  after
+//    stop_grace_ms. A lost control link while the child lives starts a stop; after `ready` it is
+//    recovered from once per minute (`worker_link_lost`), a second within a minute (or one before
+//    `ready`) fails the address. An EOF is only called a lost link if the child is still alive
+//    kLinkCheckMs later: a dying child closes its fds a moment before its pidfd reports the exit.
+//  * close(done): cancels queued starts (their waiters get an error), stops every worker; exits
+//    during close are never failures; `done` runs once no child is left.
+//
+// Output: stdout/stderr lines are appended to <state>/logs/<kind>.log as "<address> <line>", and
+// the last 64 KiB of stderr are kept per address (while the address has an entry).
+//
+// Lifetime: one Manager per supervisor, destroyed before its loop; its destructor SIGKILLs and
+// reaps what is left. Single-threaded (the loop's thread).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/event_loop.h"
+#include "core/log.h"
+#include "core/result.h"
+#include "workers/launcher.h"
+
+namespace corral::workers {
+
+struct KindConfig {
+  std::string name;
+  std::vector<std::string> command;
+  std::map<std::string, std::string> env;
+  std::vector<std::string> routes;  // "/doc/{id}/*": a path matching it is for "doc:{id}"
+  uint32_t idle_ms = 300'000;
+  uint32_t start_timeout_ms = 60'000;
+  uint32_t stop_grace_ms = 5'000;
+  // The start data, called before each start (on the loop; a throw fails the start).
+  std::function<nlohmann::json(std::string_view address)> start_hook;
+  // May `principal` (nullopt: anonymous) reach `address`? Refusal: 403 before anything starts.
+  std::function<bool(const std::optional<std::string>& principal, std::string_view address)>
+      authorize;
+};
+
+struct ManagerOptions {
+  std::string state_dir;
+  std::vector<KindConfig> kinds;
+  uint32_t idle_check_ms = 1'000;
+  uint32_t link_recovery_window_ms = 60'000;  // a second lost link within this fails the address
+  size_t stderr_tail_bytes = 64 * 1024;
+};
+
+// What resolve() answers: the worker's socket, or a public error with its HTTP status.
+struct Resolution {
+  std::string socket_path;  // set when ok()
+  int status = 200;         // 503 failed/suspended/closing, 404 unknown kind, 500 otherwise
+  nlohmann::json error;     // {message, code?, reason?}; null when ok()
+  bool ok() const { return error.is_null(); }
+};
+using ResolveCallback = std::function<void(const Resolution&)>;
+
+// One state change: `entry` is the address's new state entry, null once it has none.
+using ChangeCallback = std::function<void(const std::string& address, const nlohmann::json& entry)>;
+
+// Percent-encodes everything but [A-Za-z0-9._-]: a file name for an address ("doc%3A42").
+std::string encode_address(std::string_view address);
+
+class Manager {
+ public:
+  // Creates <state>/sockets, locks and logs (0700) and validates the kinds (names, commands,
+  // route patterns); the error names the problem.
+  static core::Result<std::unique_ptr<Manager>> create(core::EventLoop& loop, core::Logger& log,
+                                                       ManagerOptions options,
+                                                       std::unique_ptr<Launcher> launcher);
+  Manager(const Manager&) = delete;
+  Manager& operator=(const Manager&) = delete;
+  ~Manager();
+
+  // Answers `cb` (possibly before returning) with the address's socket once its worker is ready,
+  // starting it if needed, or with the public error.
+  void resolve(const std::string& address, ResolveCallback cb);
+  // The kind's authorize hook (true without one; a throwing hook refuses and logs).
+  bool authorize(const std::optional<std::string>& principal, std::string_view address);
+  // The address for a request path, from the kinds' route patterns; nullopt when none matches.
+  std::optional<std::string> address_for(std::string_view path) const;
+
+  // Control operations; false when they do not apply (unknown kind, or nothing to act on).
+  bool retry(const std::string& address);    // clears failed and suspended
+  bool stop(const std::string& address);     // stops the worker (after `started` if starting)
+  bool suspend(const std::string& address);  // 503 "suspended" until resume/retry
+  bool resume(const std::string& address);
+  void close(std::function<void()> done);
+
+  // {address: {status: starting|running|stopping, pid, startedAt} | {status: failed, error, at}};
+  // a suspended address has `suspended: true` (and `status: suspended` with no worker).
+  nlohmann::json state() const;
+  nlohmann::json entry(const std::string& address) const;  // null: no entry
+  std::string stderr_tail(const std::string& address) const;
+  size_t live_workers() const { return workers_live_; }
+  bool closing() const { return closing_; }
+
+  ChangeCallback on_change;  // every change, after the watchers
+  uint64_t watch(ChangeCallback cb);
+  void unwatch(uint64_t id);
+
+ private:
+  struct Kind;
+  struct Slot;
+  struct Worker;
+  struct OutputReader;
+  Manager(core::EventLoop& loop, core::Logger& log, ManagerOptions options,
+          std::unique_ptr<Launcher> launcher);
+
+  const Kind* kind_of(std::string_view address) const;
+  Slot* find(const std::string& address);
+  const Slot* find(const std::string& address) const;
+  void start(Slot& slot);
+  void begin_stop(Worker& w, std::string_view why);
+  void fail(Slot& slot, nlohmann::json public_error, std::string full);
+  void answer(Slot& slot, const Resolution& r);
+  void on_message(Worker& w, const nlohmann::json& msg);
+  void on_link_closed(Worker& w);
+  void on_link_check(Worker& w);
+  void on_exit(Worker& w);
+  void on_start_timeout(Worker& w);
+  void on_output(Worker& w, bool is_err, std::string_view data, bool eof);
+  void check_idle();
+  void arm_idle_check();
+  bool send(Worker& w, const nlohmann::json& msg);
+  void read_control(Worker& w);
+  nlohmann::json entry_of(const Slot& slot) const;
+  // Emits the slot's entry if it changed, then erases the slot if nothing is left in it.
+  void settle(Slot& slot);
+  void changed(Slot& slot);
+  void remove_socket(Slot& slot);
+  void emit(const std::string& address, const nlohmann::json& entry);
+  void finish_close();
+  int log_fd(const Kind& kind);
+
+  core::EventLoop& loop_;
+  core::Logger& log_;
+  ManagerOptions options_;
+  std::unique_ptr<Launcher> launcher_;
+  std::vector<std::unique_ptr<Kind>> kinds_;
+  std::map<std::string, std::unique_ptr<Slot>, std::less<>> slots_;
+  std::map<std::string, core::UniqueFd, std::less<>> log_fds_;
+  std::map<std::string, uint64_t, std::less<>> recoveries_;  // address -> last lost-link recovery
+  std::map<uint64_t, ChangeCallback> watchers_;
+  uint64_t next_watch_ = 1;
+  size_t workers_live_ = 0;
+  bool closing_ = false;
+  std::function<void()> close_done_;
+  core::Timer idle_check_;
+};
+
+}  // namespace corral::workers

@@ -1,0 +1,482 @@
+// The worker manager against a real child: tests/workers/fake_worker.py (Python standard library)
+// speaks docs/worker-protocol.md and misbehaves as its start data says. The loop runs with
+// run_once, bounded by a deadline per wait; no sleeps.
+#include "workers/manager.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "core/socket.h"
+
+namespace corral::workers {
+namespace {
+
+// Counts forks; the real launcher does the work.
+class CountingLauncher final : public Launcher {
+ public:
+  explicit CountingLauncher(int& count) : count_(count) {}
+  core::Result<Launched> launch(const LaunchSpec& spec) override {
+    ++count_;
+    return real_.launch(spec);
+  }
+
+ private:
+  int& count_;
+  ProcessLauncher real_;
+};
+
+size_t open_fds() {
+  size_t n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n - 1;  // the DIR's own fd
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+class ManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/corral-workers-XXXXXX";
+    state_ = mkdtemp(tmpl);
+    log_fd_.reset(::open((state_ + "/supervisor.log").c_str(),
+                         O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+    log_ = std::make_unique<core::Logger>(log_fd_.get(), core::LogLevel::kDebug);
+    kind_.name = "doc";
+    kind_.command = {CORRAL_PYTHON, "-S", CORRAL_FAKE_WORKER};
+    kind_.routes = {"/doc/{id}/*"};
+    kind_.start_timeout_ms = 10'000;
+    kind_.stop_grace_ms = 2'000;
+    kind_.start_hook = [this](std::string_view address) {
+      if (throw_in_hook_) throw std::runtime_error("hook exploded: SECRET-HOOK");
+      auto it = data_.find(std::string(address));
+      nlohmann::json d = it == data_.end() ? nlohmann::json::object() : it->second;
+      d["events"] = state_ + "/events.txt";
+      return d;
+    };
+  }
+  void TearDown() override {
+    manager_.reset();
+    std::filesystem::remove_all(state_);
+  }
+
+  Manager& make(uint32_t idle_check_ms = 1'000, std::string state_dir = {}) {
+    ManagerOptions o;
+    o.state_dir = state_dir.empty() ? state_ : state_dir;
+    o.kinds = {kind_};
+    o.idle_check_ms = idle_check_ms;
+    auto m =
+        Manager::create(loop_, *log_, std::move(o), std::make_unique<CountingLauncher>(forks_));
+    EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().reason);
+    manager_ = std::move(m.value());
+    manager_->on_change = [this](const std::string& a, const nlohmann::json& e) {
+      changes_.push_back({a, e});
+    };
+    return *manager_;
+  }
+
+  bool run_until(const std::function<bool()>& done, int timeout_ms = 10'000) {
+    uint64_t deadline = core::monotonic_ms() + static_cast<uint64_t>(timeout_ms);
+    while (!done()) {
+      if (core::monotonic_ms() > deadline) return false;
+      loop_.run_once(20);
+    }
+    return true;
+  }
+  void run_for(int ms) {
+    uint64_t deadline = core::monotonic_ms() + static_cast<uint64_t>(ms);
+    while (core::monotonic_ms() < deadline) loop_.run_once(20);
+  }
+
+  // resolve() and wait for its answer.
+  Resolution resolve(Manager& m, const std::string& address, int timeout_ms = 10'000) {
+    std::optional<Resolution> r;
+    m.resolve(address, [&r](const Resolution& res) { r = res; });
+    EXPECT_TRUE(run_until([&] { return r.has_value(); }, timeout_ms)) << address;
+    return r.value_or(Resolution{});
+  }
+  std::string status(Manager& m, const std::string& address) {
+    auto e = m.entry(address);
+    return e.is_null() ? "" : e["status"].get<std::string>();
+  }
+  bool gone(Manager& m, const std::string& address) {
+    return run_until([&] { return m.entry(address).is_null() && m.live_workers() == 0; });
+  }
+  std::string supervisor_log() { return read_file(state_ + "/supervisor.log"); }
+  // "<monotonic> <pid> <event>" lines the fake workers wrote.
+  std::vector<std::tuple<double, int, std::string>> events() {
+    std::vector<std::tuple<double, int, std::string>> out;
+    std::istringstream in(read_file(state_ + "/events.txt"));
+    double t;
+    int pid;
+    std::string ev;
+    while (in >> t >> pid >> ev) out.emplace_back(t, pid, ev);
+    return out;
+  }
+  double event_time(int pid, const std::string& name) {
+    for (auto& [t, p, e] : events())
+      if (p == pid && e == name) return t;
+    return -1;
+  }
+
+  core::EventLoop loop_;
+  std::string state_;
+  core::UniqueFd log_fd_;
+  std::unique_ptr<core::Logger> log_;
+  KindConfig kind_;
+  std::map<std::string, nlohmann::json> data_;
+  bool throw_in_hook_ = false;
+  int forks_ = 0;
+  std::unique_ptr<Manager> manager_;
+  std::vector<std::pair<std::string, nlohmann::json>> changes_;
+};
+
+TEST_F(ManagerTest, StartsOnFirstResolveAndServesOnItsSocket) {
+  Manager& m = make();
+  EXPECT_EQ(forks_, 0);
+  EXPECT_TRUE(m.state().empty());
+  auto r = resolve(m, "doc:1");
+  ASSERT_TRUE(r.ok()) << r.error.dump();
+  EXPECT_EQ(r.socket_path, state_ + "/sockets/doc%3A1");
+  EXPECT_EQ(forks_, 1);
+  auto e = m.entry("doc:1");
+  EXPECT_EQ(e["status"], "running");
+  EXPECT_GT(e["pid"].get<int>(), 0);
+  EXPECT_TRUE(e["startedAt"].is_string());
+  struct stat st;
+  ASSERT_EQ(::stat((state_ + "/sockets").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  // fd 4 is the listening socket the manager made: the fake answers on it.
+  auto fd = core::connect_unix(r.socket_path);
+  ASSERT_TRUE(fd.ok());
+  char buf[64];
+  ssize_t n = ::read(fd->get(), buf, sizeof buf);
+  EXPECT_EQ(std::string(buf, static_cast<size_t>(std::max<ssize_t>(n, 0))), "hello doc:1\n");
+  // A second resolve is answered at once by the running worker.
+  auto r2 = resolve(m, "doc:1");
+  EXPECT_TRUE(r2.ok());
+  EXPECT_EQ(forks_, 1);
+  EXPECT_TRUE(m.stop("doc:1"));
+  EXPECT_TRUE(gone(m, "doc:1"));
+  EXPECT_TRUE(m.state().empty());
+  EXPECT_NE(::access(r.socket_path.c_str(), F_OK), 0);  // the socket file is removed
+  // Output: one log per kind, the address on every line.
+  std::string out = read_file(state_ + "/logs/doc.log");
+  EXPECT_NE(out.find("doc:1 starting doc:1\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("doc:1 stderr line for doc:1\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("doc:1 bye from doc:1\n"), std::string::npos) << out;
+  // The changes seen: starting, running, stopping, then no entry.
+  std::vector<std::string> seen;
+  for (auto& [a, entry] : changes_)
+    seen.push_back(entry.is_null() ? "-" : entry["status"].get<std::string>());
+  EXPECT_EQ(seen, (std::vector<std::string>{"starting", "running", "stopping", "-"}));
+}
+
+TEST_F(ManagerTest, StartedBeforeSlowSetupAndStartTimerDoesNotKillSlowReady) {
+  kind_.start_timeout_ms = 400;
+  data_["doc:slow"] = {{"slow_ready", 1'200}};
+  Manager& m = make();
+  std::optional<Resolution> r;
+  m.resolve("doc:slow", [&](const Resolution& res) { r = res; });
+  run_for(800);  // past the start timer: `started` came before the slow setup
+  EXPECT_FALSE(r.has_value());
+  EXPECT_EQ(status(m, "doc:slow"), "starting");
+  ASSERT_TRUE(run_until([&] { return r.has_value(); }));
+  EXPECT_TRUE(r->ok()) << r->error.dump();
+  EXPECT_EQ(status(m, "doc:slow"), "running");
+  EXPECT_EQ(forks_, 1);
+}
+
+TEST_F(ManagerTest, StartTimerFailsAndKillsAWorkerThatNeverStarts) {
+  kind_.start_timeout_ms = 300;
+  data_["doc:t"] = {{"mode", "never_started"}};
+  Manager& m = make();
+  auto r = resolve(m, "doc:t");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.error["code"], "start_timeout");
+  ASSERT_TRUE(run_until([&] { return m.live_workers() == 0; }));
+  EXPECT_EQ(status(m, "doc:t"), "failed");
+  EXPECT_EQ(m.entry("doc:t")["error"]["code"], "start_timeout");
+  // Stays failed, nothing forks.
+  auto again = resolve(m, "doc:t");
+  EXPECT_EQ(again.error["code"], "start_timeout");
+  EXPECT_EQ(forks_, 1);
+  EXPECT_NE(supervisor_log().find("worker_failed"), std::string::npos);
+  // retry clears it; the next resolve forks again.
+  data_["doc:t"] = {{"mode", "normal"}};
+  EXPECT_TRUE(m.retry("doc:t"));
+  EXPECT_TRUE(m.entry("doc:t").is_null());
+  EXPECT_TRUE(resolve(m, "doc:t").ok());
+  EXPECT_EQ(forks_, 2);
+}
+
+TEST_F(ManagerTest, StartHookThrowingFailsWithoutAForkAndKeepsTheMessagePrivate) {
+  throw_in_hook_ = true;
+  Manager& m = make();
+  auto r = resolve(m, "doc:h");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.error["code"], "start_failed");
+  EXPECT_EQ(forks_, 0);
+  EXPECT_EQ(m.state().dump().find("SECRET"), std::string::npos);
+  EXPECT_NE(supervisor_log().find("SECRET-HOOK"), std::string::npos);
+  EXPECT_EQ(resolve(m, "doc:h").error["code"], "start_failed");
+  throw_in_hook_ = false;
+  EXPECT_TRUE(m.retry("doc:h"));
+  EXPECT_TRUE(resolve(m, "doc:h").ok());
+  EXPECT_EQ(forks_, 1);
+}
+
+TEST_F(ManagerTest, CrashAfterReadyStaysFailedUntilRetry) {
+  data_["doc:c"] = {{"mode", "crash_after_ready"}, {"crash_after", 100}};
+  Manager& m = make();
+  EXPECT_TRUE(resolve(m, "doc:c").ok());
+  ASSERT_TRUE(run_until([&] { return status(m, "doc:c") == "failed"; }));
+  EXPECT_EQ(m.entry("doc:c")["error"]["code"], "worker_exited");
+  EXPECT_EQ(m.live_workers(), 0u);
+  EXPECT_EQ(resolve(m, "doc:c").status, 503);
+  run_for(200);
+  EXPECT_EQ(forks_, 1);
+  EXPECT_NE(supervisor_log().find("worker_failed"), std::string::npos);
+  data_["doc:c"] = {{"mode", "normal"}};
+  EXPECT_TRUE(m.retry("doc:c"));
+  EXPECT_TRUE(resolve(m, "doc:c").ok());
+  EXPECT_EQ(forks_, 2);
+}
+
+TEST_F(ManagerTest, FatalIsRedactedInStateAndWaitersButLoggedInFull) {
+  data_["doc:f"] = {{"mode", "fatal"}};
+  Manager& m = make();
+  auto r = resolve(m, "doc:f");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.error, (nlohmann::json{{"message", "public message"}, {"code", "E_TEST"}}));
+  ASSERT_TRUE(run_until([&] { return m.live_workers() == 0; }));
+  auto e = m.entry("doc:f");
+  EXPECT_EQ(e["status"], "failed");
+  EXPECT_EQ(e["error"]["message"], "public message");
+  EXPECT_EQ(m.state().dump().find("SECRET"), std::string::npos);
+  for (auto& [a, entry] : changes_) EXPECT_EQ(entry.dump().find("SECRET"), std::string::npos);
+  std::string log = supervisor_log();
+  auto at = log.find("worker_failed");
+  ASSERT_NE(at, std::string::npos) << log;
+  EXPECT_NE(log.find("SECRET-42", at), std::string::npos);  // the full error and the stderr tail
+  EXPECT_NE(m.stderr_tail("doc:f").find("the secret is SECRET-42"), std::string::npos);
+  EXPECT_EQ(forks_, 1);
+  EXPECT_EQ(resolve(m, "doc:f").status, 503);
+  EXPECT_EQ(forks_, 1);
+}
+
+TEST_F(ManagerTest, LostLinkAfterReadyIsRecoveredOnceAMinute) {
+  kind_.stop_grace_ms = 300;
+  data_["doc:l"] = {{"mode", "close_link"}};
+  Manager& m = make();
+  EXPECT_TRUE(resolve(m, "doc:l").ok());
+  // The child lives with its link closed: stopped (grace, then kill), no failure.
+  EXPECT_TRUE(gone(m, "doc:l"));
+  EXPECT_NE(supervisor_log().find("worker_link_lost"), std::string::npos);
+  EXPECT_EQ(supervisor_log().find("worker_failed"), std::string::npos);
+  // The next resolve starts a new worker; its lost link within the minute fails the address.
+  EXPECT_TRUE(resolve(m, "doc:l").ok());
+  EXPECT_EQ(forks_, 2);
+  ASSERT_TRUE(run_until([&] { return status(m, "doc:l") == "failed"; }));
+  EXPECT_EQ(m.entry("doc:l")["error"]["code"], "link_lost");
+  ASSERT_TRUE(run_until([&] { return m.live_workers() == 0; }));
+  EXPECT_EQ(resolve(m, "doc:l").status, 503);
+  EXPECT_EQ(forks_, 2);
+}
+
+TEST_F(ManagerTest, IdleWorkerIsStoppedAfterIdleTime) {
+  kind_.idle_ms = 300;
+  Manager& m = make(/*idle_check_ms=*/50);
+  EXPECT_TRUE(resolve(m, "doc:i").ok());
+  EXPECT_TRUE(gone(m, "doc:i"));
+  EXPECT_EQ(supervisor_log().find("worker_failed"), std::string::npos);
+  // The next request starts it again.
+  EXPECT_TRUE(resolve(m, "doc:i").ok());
+  EXPECT_EQ(forks_, 2);
+}
+
+TEST_F(ManagerTest, BusyWorkerIsKeptUntilItReportsIdle) {
+  kind_.idle_ms = 200;
+  data_["doc:b"] = {{"idle", false}, {"idle_after", 1'000}};
+  Manager& m = make(50);
+  EXPECT_TRUE(resolve(m, "doc:b").ok());
+  run_for(800);
+  EXPECT_EQ(status(m, "doc:b"), "running");
+  uint64_t t0 = core::monotonic_ms();
+  EXPECT_TRUE(gone(m, "doc:b"));
+  EXPECT_GE(core::monotonic_ms() - t0, 300u);  // idle at ~1 s, then 200 ms of idle time
+}
+
+TEST_F(ManagerTest, StopDuringStartWaitsForStartedThenStops) {
+  data_["doc:s"] = {{"slow_ready", 5'000}};
+  Manager& m = make();
+  std::optional<Resolution> r;
+  m.resolve("doc:s", [&](const Resolution& res) { r = res; });
+  EXPECT_TRUE(m.stop("doc:s"));  // before `started`
+  EXPECT_EQ(status(m, "doc:s"), "starting");
+  ASSERT_TRUE(run_until([&] { return r.has_value(); }));
+  EXPECT_EQ(r->error["code"], "stopped");
+  EXPECT_TRUE(gone(m, "doc:s"));
+  int pid = 0;
+  for (auto& [t, p, e] : events()) pid = p;
+  EXPECT_GT(event_time(pid, "started"), 0);  // it took its lock before the stop ran
+  EXPECT_EQ(forks_, 1);
+  EXPECT_EQ(supervisor_log().find("worker_failed"), std::string::npos);
+}
+
+TEST_F(ManagerTest, StartDuringStopWaitsForTheOldWorkersExit) {
+  data_["doc:q"] = {{"exit_on_shutdown_slowly", 600}};
+  Manager& m = make();
+  EXPECT_TRUE(resolve(m, "doc:q").ok());
+  int old_pid = m.entry("doc:q")["pid"];
+  EXPECT_TRUE(m.stop("doc:q"));
+  EXPECT_EQ(status(m, "doc:q"), "stopping");
+  auto r = resolve(m, "doc:q");  // queued behind the exit
+  ASSERT_TRUE(r.ok()) << r.error.dump();
+  int new_pid = m.entry("doc:q")["pid"];
+  EXPECT_NE(new_pid, old_pid);
+  EXPECT_EQ(forks_, 2);
+  double old_exit = event_time(old_pid, "exiting");
+  double new_started = event_time(new_pid, "started");
+  EXPECT_GT(old_exit, 0);
+  EXPECT_GT(new_started, old_exit);
+}
+
+TEST_F(ManagerTest, LockMakesASecondManagersWorkerWaitForTheOldOnesExit) {
+  // corral restarted while an old worker still stops: two managers on one state directory. The
+  // new worker's `started` comes only after the old one exited (flock, no polling).
+  data_["doc:k"] = {{"exit_on_shutdown_slowly", 800}};
+  Manager& first = make();
+  EXPECT_TRUE(resolve(first, "doc:k").ok());
+  int old_pid = first.entry("doc:k")["pid"];
+  auto old_manager = std::move(manager_);
+  data_["doc:k"] = nlohmann::json::object();
+  Manager& second = make();
+  EXPECT_TRUE(old_manager->stop("doc:k"));
+  auto r = resolve(second, "doc:k");
+  ASSERT_TRUE(r.ok()) << r.error.dump();
+  int new_pid = second.entry("doc:k")["pid"];
+  ASSERT_TRUE(run_until([&] { return old_manager->live_workers() == 0; }));
+  double old_exit = event_time(old_pid, "exiting");
+  double new_started = event_time(new_pid, "started");
+  EXPECT_GT(old_exit, 0);
+  EXPECT_GT(new_started, old_exit);
+  EXPECT_EQ(::access(r.socket_path.c_str(), F_OK), 0);  // the old exit left the new socket alone
+  old_manager.reset();
+}
+
+TEST_F(ManagerTest, CrashWhileStartsAreQueuedRejectsEveryWaiter) {
+  data_["doc:x"] = {{"mode", "crash_before_ready"}, {"crash_after", 300}};
+  Manager& m = make();
+  std::vector<Resolution> answers;
+  for (int i = 0; i < 3; ++i)
+    m.resolve("doc:x", [&](const Resolution& r) { answers.push_back(r); });
+  ASSERT_TRUE(run_until([&] { return answers.size() == 3; }));
+  for (auto& a : answers) EXPECT_EQ(a.error["code"], "worker_exited");
+  EXPECT_EQ(forks_, 1);
+  EXPECT_EQ(status(m, "doc:x"), "failed");
+}
+
+TEST_F(ManagerTest, CloseCancelsStartsAndReportsNoFailure) {
+  data_["doc:slow"] = {{"slow_ready", 5'000}};
+  data_["doc:stubborn"] = {{"mode", "ignore_shutdown"}};
+  kind_.stop_grace_ms = 300;
+  Manager& m = make();
+  EXPECT_TRUE(resolve(m, "doc:run").ok());
+  EXPECT_TRUE(resolve(m, "doc:stubborn").ok());
+  std::optional<Resolution> r;
+  m.resolve("doc:slow", [&](const Resolution& res) { r = res; });
+  bool done = false;
+  m.close([&] { done = true; });
+  ASSERT_TRUE(run_until([&] { return done; }));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->error["code"], "closing");
+  EXPECT_EQ(m.live_workers(), 0u);
+  EXPECT_TRUE(m.state().empty()) << m.state().dump();
+  EXPECT_EQ(supervisor_log().find("worker_failed"), std::string::npos);
+  EXPECT_EQ(resolve(m, "doc:new").error["code"], "closing");
+  EXPECT_EQ(forks_, 3);
+}
+
+TEST_F(ManagerTest, SuspendAndResume) {
+  Manager& m = make();
+  EXPECT_FALSE(m.suspend("nope:1"));
+  EXPECT_TRUE(m.suspend("doc:z"));
+  auto r = resolve(m, "doc:z");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.error["code"], "suspended");
+  EXPECT_EQ(status(m, "doc:z"), "suspended");
+  EXPECT_EQ(forks_, 0);
+  EXPECT_TRUE(m.resume("doc:z"));
+  EXPECT_TRUE(m.entry("doc:z").is_null());
+  EXPECT_TRUE(resolve(m, "doc:z").ok());
+  EXPECT_FALSE(m.resume("doc:z"));
+  EXPECT_FALSE(m.retry("doc:z"));
+  EXPECT_EQ(resolve(m, "other:1").status, 404);
+}
+
+TEST_F(ManagerTest, AddressForRoutes) {
+  kind_.routes = {"/doc/{id}/*", "/pair/{a}/{b}"};
+  Manager& m = make();
+  EXPECT_EQ(m.address_for("/doc/42/x/y"), "doc:42");
+  EXPECT_EQ(m.address_for("/doc/42"), "doc:42");
+  EXPECT_EQ(m.address_for("/doc/42/?q=1"), "doc:42");
+  EXPECT_EQ(m.address_for("/doc/a%20b/"), "doc:a b");
+  EXPECT_EQ(m.address_for("/pair/x/y"), "doc:x:y");
+  EXPECT_EQ(m.address_for("/pair/x/y/z"), std::nullopt);
+  EXPECT_EQ(m.address_for("/doc/%2F/x"), std::nullopt);
+  EXPECT_EQ(m.address_for("/doc//x"), std::nullopt);
+  EXPECT_EQ(m.address_for("/other/1"), std::nullopt);
+  EXPECT_EQ(encode_address("doc:a b/c"), "doc%3Aa%20b%2Fc");
+  KindConfig bad = kind_;
+  bad.routes = {"/doc/*/x"};
+  ManagerOptions o{state_, {bad}};
+  EXPECT_FALSE(Manager::create(loop_, *log_, std::move(o), nullptr).ok());
+}
+
+TEST_F(ManagerTest, AThousandAddressesLeaveNothingBehind) {
+  Manager& m = make();
+  EXPECT_TRUE(resolve(m, "doc:warmup").ok());  // opens the kind's log file
+  EXPECT_TRUE(m.stop("doc:warmup"));
+  ASSERT_TRUE(gone(m, "doc:warmup"));
+  size_t fds = open_fds();
+  constexpr int kAddresses = 1'000, kBatch = 50;
+  for (int base = 0; base < kAddresses; base += kBatch) {
+    int answered = 0, ok = 0;
+    for (int i = base; i < base + kBatch; ++i) {
+      m.resolve("doc:n" + std::to_string(i), [&](const Resolution& r) {
+        ++answered;
+        ok += r.ok();
+      });
+    }
+    ASSERT_TRUE(run_until([&] { return answered == kBatch; }, 60'000));
+    EXPECT_EQ(ok, kBatch);
+    for (int i = base; i < base + kBatch; ++i) m.stop("doc:n" + std::to_string(i));
+    ASSERT_TRUE(run_until([&] { return m.live_workers() == 0; }, 60'000));
+  }
+  EXPECT_TRUE(m.state().empty());
+  EXPECT_EQ(forks_, kAddresses + 1);
+  run_for(50);  // deferred destruction of the last workers
+  EXPECT_EQ(open_fds(), fds);
+  EXPECT_EQ(waitpid(-1, nullptr, WNOHANG), -1);  // no child left, not even a zombie
+  EXPECT_EQ(errno, ECHILD);
+  EXPECT_EQ(supervisor_log().find("worker_failed"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace corral::workers
