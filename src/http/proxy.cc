@@ -313,13 +313,20 @@ class ProxyCall final : public DeferredProducer {
 
 }  // namespace
 
-Response proxy_to(Request& req, std::string unix_path, ProxyOptions options) {
-  if (!req.loop) return Response::status_only(502);
+namespace {
+
+std::string prepare_request(const Request& req, const ProxyOptions& options) {
   std::string r;
   r.reserve(256 + req.target.size() + req.body.size());
   r.append(req.method_name).append(" ").append(req.target).append(" HTTP/1.1\r\n");
+  // The upstream is on a Unix socket reached only through us: it sees Host: localhost (its own
+  // admission baseline admits that) and the client's Host in Corral-Host.
+  r.append("Host: localhost\r\n");
+  if (!req.host.empty()) r.append("Corral-Host: ").append(req.host).append("\r\n");
   for (const auto& h : req.headers) {
-    if (hop_by_hop(h.name) || corral_header(h.name) || iequals(h.name, "content-length")) continue;
+    if (hop_by_hop(h.name) || corral_header(h.name) || iequals(h.name, "content-length") ||
+        iequals(h.name, "host"))
+      continue;
     r.append(h.name).append(": ").append(h.value).append("\r\n");
   }
   for (const auto& [k, v] : options.add_headers) r.append(k).append(": ").append(v).append("\r\n");
@@ -328,13 +335,75 @@ Response proxy_to(Request& req, std::string unix_path, ProxyOptions options) {
     r.append("Content-Length: ").append(std::to_string(req.body.size())).append("\r\n");
   r.append("Connection: close\r\n\r\n");
   r.append(req.body);
+  return r;
+}
+
+std::shared_ptr<Upstream> make_upstream(core::EventLoop& loop, std::string path,
+                                        std::string request, uint32_t timeout_ms, bool head) {
   // Freed after the loop's dispatch round: an event for its socket may be queued in this batch.
-  core::EventLoop& loop = *req.loop;
-  std::shared_ptr<Upstream> upstream(
-      new Upstream(loop, std::move(unix_path), std::move(r), options.response_timeout_ms,
-                   req.method == Method::kHead),
+  return std::shared_ptr<Upstream>(
+      new Upstream(loop, std::move(path), std::move(request), timeout_ms, head),
       [&loop](Upstream* u) { loop.destroy_later(std::unique_ptr<Upstream>(u)); });
+}
+
+// Finds the upstream, then proxies. The state is shared with the finder's answer, which may come
+// after the connection dropped this producer (the client left): then it is ignored.
+class FoundCall final : public DeferredProducer {
+ public:
+  struct State {
+    core::EventLoop* loop;
+    std::string request;
+    uint32_t timeout_ms;
+    bool head;
+    Responder* responder = nullptr;
+    std::shared_ptr<Upstream> upstream;
+    bool aborted = false;
+  };
+  FoundCall(std::shared_ptr<State> st, UpstreamFinder find)
+      : st_(std::move(st)), find_(std::move(find)) {}
+  void start(Responder& r) override {
+    st_->responder = &r;
+    find_([st = st_](std::string path, std::optional<Response> instead) {
+      if (st->aborted || !st->responder) return;
+      if (instead) {
+        auto* resp = st->responder;
+        st->responder = nullptr;
+        resp->respond(std::move(*instead));
+        return;
+      }
+      st->upstream = make_upstream(*st->loop, std::move(path), std::move(st->request),
+                                   st->timeout_ms, st->head);
+      st->upstream->start(*st->responder);
+    });
+  }
+  void on_abort() override {
+    st_->aborted = true;
+    st_->responder = nullptr;
+    if (st_->upstream) st_->upstream->abort();
+  }
+
+ private:
+  std::shared_ptr<State> st_;
+  UpstreamFinder find_;
+};
+
+}  // namespace
+
+Response proxy_to(Request& req, std::string unix_path, ProxyOptions options) {
+  if (!req.loop) return Response::status_only(502);
+  auto upstream = make_upstream(*req.loop, std::move(unix_path), prepare_request(req, options),
+                                options.response_timeout_ms, req.method == Method::kHead);
   return Response::deferred(std::make_unique<ProxyCall>(std::move(upstream)));
+}
+
+Response proxy_found(Request& req, UpstreamFinder find, ProxyOptions options) {
+  if (!req.loop) return Response::status_only(502);
+  auto st = std::make_shared<FoundCall::State>();
+  st->loop = req.loop;
+  st->request = prepare_request(req, options);
+  st->timeout_ms = options.response_timeout_ms;
+  st->head = req.method == Method::kHead;
+  return Response::deferred(std::make_unique<FoundCall>(std::move(st), std::move(find)));
 }
 
 }  // namespace corral::http

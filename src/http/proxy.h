@@ -9,6 +9,8 @@
 // within response_timeout: 504.
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,5 +26,13 @@ struct ProxyOptions {
 };
 
 Response proxy_to(Request& req, std::string unix_path, ProxyOptions options = {});
+
+// The upstream is found asynchronously (a worker that may have to start first): `find` is called
+// when the response starts and answers once, with the upstream's socket path, or with the
+// response to send instead (503 for a failed worker, 403, ...). The request is prepared at once
+// (its bytes copied), so the route's Request may be gone by the time `find` answers.
+using UpstreamAnswer = std::function<void(std::string path, std::optional<Response> instead)>;
+using UpstreamFinder = std::function<void(UpstreamAnswer answer)>;
+Response proxy_found(Request& req, UpstreamFinder find, ProxyOptions options = {});
 
 }  // namespace corral::http

@@ -1,0 +1,143 @@
+// A worker in C++: one counter per address, started by corral's worker manager (see
+// docs/worker-protocol.md; examples/worker_python/worker.py is the same worker in Python).
+//
+//   GET  /          the count
+//   POST /inc       adds one, returns the new count
+//   GET  /start     the start data the manager sent
+//   GET  /busy?ms=N holds the worker busy (not idle) for N ms, as background work would
+//   GET  /crash     aborts (a crash: the address becomes failed)
+//   GET  /fatal     reports a fatal error whose text holds a secret; only the redacted form crosses
+//
+// The count lives in <state dir>/data/<address>.count, the address percent-encoded as in the lock
+// path ("doc%3A42.count": a key can hold any byte, "/" and ".." included): read at setup, written
+// by a closer at shutdown (so a successor worker, which waits for this one's lock, sees it).
+#include <sys/stat.h>
+
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <stdexcept>
+#include <string>
+
+#include "worker/worker.h"
+
+namespace {
+
+using namespace corral;
+
+struct Counter {
+  int64_t count = 0;
+  std::string path;
+  std::multiset<uint64_t> busy_until;  // deadlines of /busy holds
+  core::Timer busy_timer;
+};
+
+void load(Counter& c) {
+  std::ifstream in(c.path);
+  if (in) in >> c.count;
+}
+
+void save(const Counter& c) {
+  std::string tmp = c.path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << c.count << "\n";
+    out.flush();
+    if (!out) throw std::runtime_error("cannot write " + tmp);
+  }
+  if (std::rename(tmp.c_str(), c.path.c_str()) != 0)
+    throw std::runtime_error("cannot rename to " + c.path);
+}
+
+// Every byte but the RFC 3986 unreserved ones as %XX: a safe file name for any address.
+std::string file_name_for(std::string_view address) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char ch : address) {
+    if (std::isalnum(ch) || ch == '-' || ch == '.' || ch == '_' || ch == '~') {
+      out += static_cast<char>(ch);
+    } else {
+      out += '%';
+      out += kHex[ch >> 4];
+      out += kHex[ch & 15];
+    }
+  }
+  return out;
+}
+
+uint64_t query_ms(std::string_view query) {
+  // "ms=250" (and nothing else matters here)
+  for (size_t at = 0; at < query.size();) {
+    size_t end = query.find('&', at);
+    if (end == std::string_view::npos) end = query.size();
+    std::string_view kv = query.substr(at, end - at);
+    if (kv.starts_with("ms=")) {
+      uint64_t ms = 0;
+      std::from_chars(kv.data() + 3, kv.data() + kv.size(), ms);
+      return std::min<uint64_t>(ms, 60'000);
+    }
+    at = end + 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main() {
+  auto counter = std::make_unique<Counter>();
+  worker::WorkerOptions options;
+  options.redact = [](const std::exception&) {
+    return worker::PublicError{"the counter failed", "counter_failed", ""};
+  };
+  return worker::worker_main(
+      [&](worker::WorkerContext& ctx, http::SiteBuilder& site) {
+        Counter& c = *counter;
+        std::string dir = std::string(ctx.state_dir().empty() ? "." : ctx.state_dir()) + "/data";
+        if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+          throw std::runtime_error("cannot create " + dir);
+        c.path = dir + "/" + file_name_for(ctx.address()) + ".count";
+        load(c);
+        ctx.on_close([&c] { save(c); });
+        // The timer belongs to the worker's loop, which is gone once worker_main returns.
+        ctx.on_close([&c] { c.busy_timer.cancel(); });
+
+        c.busy_timer.bind(ctx.loop().timers(), [&c, &ctx] {
+          int done = 0;
+          while (!c.busy_until.empty() && *c.busy_until.begin() <= ctx.loop().now()) {
+            c.busy_until.erase(c.busy_until.begin());
+            ++done;
+          }
+          if (!c.busy_until.empty()) c.busy_timer.arm_at(*c.busy_until.begin());
+          ctx.busy_add(-done);
+        });
+
+        site.route("GET /", [&c](http::Request&) {
+          return http::Response::text(std::to_string(c.count) + "\n");
+        });
+        site.route("POST /inc", [&c](http::Request&) {
+          return http::Response::text(std::to_string(++c.count) + "\n");
+        });
+        site.route("GET /start", [&ctx](http::Request&) {
+          return http::Response::json({{"address", ctx.address()},
+                                       {"start", ctx.start_data()},
+                                       {"scripts", ctx.scripts()}});
+        });
+        site.route("GET /busy", [&c, &ctx](http::Request& req) {
+          uint64_t ms = query_ms(req.query);
+          ctx.busy_add(1);
+          c.busy_until.insert(ctx.loop().now() + ms);
+          c.busy_timer.arm_at(*c.busy_until.begin());
+          return http::Response::text("busy " + std::to_string(ms) + " ms\n");
+        });
+        site.route("GET /crash", [](http::Request&) -> http::Response { std::abort(); });
+        site.route("GET /fatal", [&ctx](http::Request&) {
+          ctx.fatal(std::runtime_error("database refused password secret-123"));
+          return http::Response::text("fatal\n", 500);
+        });
+      },
+      std::move(options));
+}

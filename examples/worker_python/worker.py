@@ -1,0 +1,474 @@
+#!/usr/bin/python3
+"""A corral worker in Python, standard library only (docs/worker-protocol.md).
+
+The same counter as examples/worker_cpp/main.cc, one per address:
+
+    GET  /           the count
+    POST /inc        adds one, returns the new count
+    GET  /start      the start data the manager sent
+    GET  /busy?ms=N  holds the worker busy (not idle) for N ms, as background work would
+    GET  /crash      aborts (a crash: the address becomes failed)
+    GET  /fatal      reports a fatal error whose text holds a secret; only the redacted form crosses
+
+The count lives in <state dir>/data/<address>.count, the address percent-encoded as in the lock path
+("doc%3A42.count": a key can hold any byte, "/" and ".." included): read at setup, written by a
+closer at shutdown.
+
+The file has two halves: `WorkerRuntime`, the protocol (copy it into your own worker), and the
+counter application at the bottom.
+
+Threads: the main thread owns the control socket (a selectors loop) and every state change of the
+lifecycle; HTTP requests run on threads of a ThreadingHTTPServer; the lock wait runs on a thread of
+its own, so `shutdown`, SIGTERM and a lost link are still seen while an old worker holds the lock.
+Other threads hand work to the main thread through `post()` (a queue and a wake-up pipe).
+"""
+
+import ctypes
+import fcntl
+import http.server
+import json
+import os
+import queue
+import selectors
+import signal
+import socket
+import socketserver
+import sys
+import threading
+import traceback
+import urllib.parse
+
+FORCE_EXIT_S = 3.0  # the protocol: a worker not gone 3 s after `shutdown` exits by itself
+MAX_PACKET = 16 * 1024 * 1024
+PR_SET_PDEATHSIG = 1
+
+
+def log(event, **fields):
+    """One line on stderr, which the manager prefixes with the address."""
+    text = " ".join(f"{k}={json.dumps(v) if isinstance(v, str) else v}" for k, v in fields.items())
+    sys.stderr.write(f"{event} {text}\n")
+    sys.stderr.flush()
+
+
+class PublicError(Exception):
+    """What crosses to the manager: message, and optionally a stable code and reason."""
+
+    def __init__(self, message, code=None, reason=None):
+        super().__init__(message)
+        self.message, self.code, self.reason = message, code, reason
+
+    def to_json(self):
+        out = {"message": self.message or "internal error"}
+        if self.code:
+            out["code"] = self.code
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+
+def default_redact(_exc):
+    return PublicError("internal error")
+
+
+class WorkerRuntime:
+    """The child side of the protocol: start, lock, started, ready/idle, fatal, shutdown."""
+
+    def __init__(self, setup, redact=default_redact):
+        self.setup = setup  # setup(runtime) -> an http.server handler class; may raise
+        self.redact = redact
+        self.control = socket.socket(fileno=int(os.environ["CORRAL_CONTROL_FD"]))
+        self.listener = socket.socket(fileno=int(os.environ["CORRAL_LISTEN_FD"]))
+        for s in (self.control, self.listener):
+            s.set_inheritable(False)
+            s.setblocking(True)
+        self.address = os.environ.get("CORRAL_ADDRESS", "")
+        self.state_dir = os.environ.get("CORRAL_STATE_DIR", "")
+        self.start_data = None
+        self.scripts = []
+        self.lock_fd = None
+        self._locking = False  # a `start` arrived: the lock is being taken (or held)
+
+        self._lock = threading.Lock()  # guards the counts below and the order of sent packets
+        self._requests_done = threading.Condition(self._lock)
+        self._inflight = 0
+        self._busy = 0
+        self._reported_idle = True
+        self._running = False  # between `ready` and the stop: idle flips are reported
+        self._stopping = False
+        self._status = 0
+        self._closers = []
+        self._server = None
+        self._posted = queue.SimpleQueue()
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._signal_r, self._signal_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._selector = selectors.DefaultSelector()
+        self._done = False
+
+    # --- what the application uses -------------------------------------------------------------
+
+    def on_close(self, closer):
+        """Runs at shutdown, in reverse order of registration."""
+        self._closers.append(closer)
+
+    def busy_add(self, delta):
+        with self._lock:
+            self._busy = max(0, self._busy + delta)
+            self._report_idle_locked()
+
+    def fatal(self, exc):
+        """Reports redact(exc) as `fatal` (the original goes to stderr only), then stops, status 1."""
+        log("worker_fatal", address=self.address, error=str(exc))
+        traceback.print_exception(exc, file=sys.stderr)
+        try:
+            public = self.redact(exc)
+        except Exception:  # a broken redact must not leak the original either
+            public = default_redact(exc)
+        with self._lock:
+            if self._stopping:
+                return
+            self._send_locked({"type": "fatal", "error": public.to_json()})
+        if threading.current_thread() is threading.main_thread():
+            self.stop(1, "fatal")
+        else:
+            self.post(lambda: self.stop(1, "fatal"))
+
+    def post(self, fn):
+        """Runs fn on the main thread (from any thread)."""
+        self._posted.put(fn)
+        try:
+            os.write(self._wake_w, b"x")
+        except BlockingIOError:
+            pass  # the pipe is full, so the main thread will wake anyway
+
+    # --- requests, counted by the handler ------------------------------------------------------
+
+    def request_started(self):
+        with self._lock:
+            self._inflight += 1
+            self._report_idle_locked()
+
+    def request_finished(self):
+        with self._lock:
+            self._inflight -= 1
+            self._report_idle_locked()
+            if self._inflight == 0:
+                self._requests_done.notify_all()
+
+    # --- the lifecycle, on the main thread -----------------------------------------------------
+
+    def run(self):
+        # The manager's death is a SIGTERM; one before this call shows as EOF on the control socket.
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        except OSError:
+            pass
+        signal.set_wakeup_fd(self._signal_w, warn_on_full_buffer=False)
+        for signo in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signo, lambda *_: None)  # the byte in the wake-up fd does the work
+        self._selector.register(self.control, selectors.EVENT_READ, self._on_control)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, self._on_posted)
+        self._selector.register(self._signal_r, selectors.EVENT_READ, self._on_signal)
+        while not self._done:
+            for key, _ in self._selector.select():
+                key.data()
+                if self._done:
+                    break
+        log("worker_exit", address=self.address, status=self._status)
+        return self._status
+
+    def _on_signal(self):
+        data = os.read(self._signal_r, 64)
+        if data:
+            self.stop(0, "sigint" if data[-1] == signal.SIGINT else "sigterm")
+
+    def _on_posted(self):
+        os.read(self._wake_r, 4096)
+        while True:
+            try:
+                fn = self._posted.get_nowait()
+            except queue.Empty:
+                return
+            fn()
+
+    def _on_control(self):
+        try:
+            size = self.control.recv_into(bytearray(1), 1, socket.MSG_PEEK | socket.MSG_TRUNC)
+            if size == 0:  # EOF (the manager never sends an empty packet)
+                return self._lost()
+            packet = self.control.recv(size)
+        except OSError as e:
+            log("control_link_error", error=str(e))
+            return self._lost()
+        if not packet:
+            return self._lost()
+        if size > MAX_PACKET:
+            return log("control_message_dropped", reason="too large", bytes=size)
+        try:
+            msg = json.loads(packet)
+            kind = msg["type"]
+            if not isinstance(kind, str):
+                raise TypeError("type is not a string")
+        except (ValueError, TypeError, KeyError) as e:
+            return log("control_message_dropped", reason=f"invalid: {e}")
+        if kind == "shutdown":
+            self.stop(0, "shutdown")
+        elif kind == "start":
+            self._on_start(msg)
+        # Unknown types are ignored (forward compatibility).
+
+    def _lost(self):
+        self._selector.unregister(self.control)
+        self.stop(0, "control_link_lost")
+
+    def _on_start(self, msg):
+        if self._locking:
+            return log("control_message_dropped", reason="a second start")
+        lock = msg.get("lock")
+        if not isinstance(lock, str) or not lock:
+            return log("control_message_dropped", reason="start without a lock path")
+        self.address = msg.get("address") or self.address
+        self.start_data = msg.get("start")
+        self.scripts = msg.get("scripts") or []
+        self._locking = True
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as e:
+            return self._lock_failed(lock, e)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return self._locked(fd)
+        except BlockingIOError:
+            pass
+        except OSError as e:
+            os.close(fd)
+            return self._lock_failed(lock, e)
+        # An old worker for this address still lives: wait for its exit, blocking, not polling.
+        log("lock_wait", address=self.address, lock=lock)
+
+        def wait():
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError as e:
+                self.post(lambda: self._lock_failed(lock, e))
+                return
+            self.post(lambda: self._locked(fd))
+
+        threading.Thread(target=wait, name="lock-wait", daemon=True).start()
+
+    def _lock_failed(self, path, error):
+        log("lock_failed", address=self.address, lock=path, error=str(error))
+        with self._lock:
+            if self._stopping:
+                return
+            self._send_locked({"type": "fatal", "error": PublicError(
+                "the worker could not take its address lock", "lock_failed").to_json()})
+        self.stop(1, "lock_failed")
+
+    def _locked(self, fd):
+        if self._stopping:
+            os.close(fd)
+            return
+        self.lock_fd = fd  # held (close-on-exec) until the process exits, after the closers
+        with self._lock:
+            self._send_locked({"type": "started"})
+        try:
+            handler = self.setup(self)
+            server = _Server(self.listener, handler)
+        except Exception as e:  # noqa: BLE001 - every setup failure is a `fatal`
+            self.fatal(e)
+            return
+        if self._stopping:
+            return
+        self._server = server
+        threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+        with self._lock:
+            self._running = True
+            self._reported_idle = self._idle_locked()
+            self._send_locked({"type": "ready", "idle": self._reported_idle})
+        log("worker_ready", address=self.address)
+
+    def stop(self, status, why):
+        """Every way out: stop accepting, let requests finish, run the closers, exit."""
+        with self._lock:
+            if self._stopping:
+                return
+            self._stopping = True
+            self._running = False
+        self._status = status
+        log("worker_stopping", address=self.address, reason=why)
+        force = threading.Timer(FORCE_EXIT_S, self._force_exit, args=(status,))
+        force.daemon = True
+        force.start()
+        if self._server is not None:
+            self._server.shutdown()  # serve_forever returns; no more accepts
+            self._server.server_close()
+            with self._requests_done:  # running requests get half the force-exit time
+                self._requests_done.wait_for(lambda: self._inflight == 0, FORCE_EXIT_S / 2)
+        for closer in reversed(self._closers):
+            try:
+                closer()
+            except Exception as e:  # noqa: BLE001 - the other closers still run
+                log("closer_failed", address=self.address, error=str(e))
+        self._closers.clear()
+        self._done = True
+
+    @staticmethod
+    def _force_exit(status):
+        sys.stderr.write("worker force_exit: the stop took longer than 3 s\n")
+        sys.stderr.flush()
+        os._exit(status)
+
+    # --- under self._lock ----------------------------------------------------------------------
+
+    def _idle_locked(self):
+        return self._inflight == 0 and self._busy == 0
+
+    def _report_idle_locked(self):
+        if not self._running:
+            return
+        idle = self._idle_locked()
+        if idle != self._reported_idle:
+            self._reported_idle = idle
+            self._send_locked({"type": "idle", "idle": idle})
+
+    def _send_locked(self, msg):
+        try:
+            self.control.send(json.dumps(msg).encode())
+        except OSError as e:
+            log("control_link_error", error=str(e))  # the main thread sees EOF and stops
+
+
+class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    """An HTTP server on the listening socket the manager made (fd 4): no bind, no listen."""
+
+    address_family = socket.AF_UNIX
+    daemon_threads = True
+
+    def __init__(self, sock, handler):
+        super().__init__(None, handler, bind_and_activate=False)
+        self.socket.close()  # the unbound one TCPServer made
+        self.socket = sock
+        self.server_address = sock.getsockname()
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    """Base for the application's handler: keep-alive, quiet logs, requests counted for `idle`."""
+
+    protocol_version = "HTTP/1.1"
+    runtime = None  # set by the application's setup
+
+    def address_string(self):
+        return "proxy"  # a Unix socket peer has no address; the proxy sends Corral-Remote-Address
+
+    def log_message(self, format, *args):  # noqa: A002 - the base class's signature
+        pass  # the proxy in front logs requests
+
+    def reply(self, status, body, content_type="text/plain; charset=utf-8"):
+        data = body.encode() if isinstance(body, str) else body
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def dispatch(self, routes):
+        path, _, query = self.path.partition("?")
+        route = routes.get((self.command, path))
+        self.runtime.request_started()
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            self.body = self.rfile.read(length) if length else b""
+            if route is None:
+                self.reply(404, "not found\n")
+            else:
+                route(self, urllib.parse.parse_qs(query))
+        except Exception as e:  # noqa: BLE001 - a throwing route is a generic 500
+            log("route_failed", path=path, error=str(e))
+            self.reply(500, "internal error\n")
+        finally:
+            self.runtime.request_finished()
+
+
+# ------------------------------------------------------------------------------------------------
+# The application: a counter per address.
+
+
+def setup(runtime):
+    data_dir = os.path.join(runtime.state_dir or ".", "data")
+    os.makedirs(data_dir, mode=0o700, exist_ok=True)
+    path = os.path.join(data_dir, urllib.parse.quote(runtime.address, safe="") + ".count")
+    state = {"count": 0}
+    try:
+        with open(path) as f:
+            state["count"] = int(f.read().strip() or 0)
+    except FileNotFoundError:
+        pass
+
+    def save():
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(f"{state['count']}\n")
+        os.replace(tmp, path)
+
+    runtime.on_close(save)
+    count_lock = threading.Lock()
+
+    def get_count(h, _q):
+        h.reply(200, f"{state['count']}\n")
+
+    def inc(h, _q):
+        with count_lock:
+            state["count"] += 1
+            n = state["count"]
+        h.reply(200, f"{n}\n")
+
+    def start(h, _q):
+        h.reply(200, json.dumps({"address": runtime.address, "start": runtime.start_data,
+                                 "scripts": runtime.scripts}), "application/json")
+
+    def busy(h, q):
+        ms = min(int((q.get("ms") or ["0"])[0]), 60_000)
+        runtime.busy_add(1)
+        t = threading.Timer(ms / 1000, runtime.busy_add, args=(-1,))
+        t.daemon = True
+        t.start()
+        h.reply(200, f"busy {ms} ms\n")
+
+    def crash(_h, _q):
+        os.abort()
+
+    def fatal(h, _q):
+        runtime.fatal(RuntimeError("database refused password secret-123"))
+        h.reply(500, "fatal\n")
+
+    routes = {
+        ("GET", "/"): get_count,
+        ("POST", "/inc"): inc,
+        ("GET", "/start"): start,
+        ("GET", "/busy"): busy,
+        ("GET", "/crash"): crash,
+        ("GET", "/fatal"): fatal,
+    }
+
+    class Counter(Handler):
+        def do_GET(self):
+            self.dispatch(routes)
+
+        def do_POST(self):
+            self.dispatch(routes)
+
+    Counter.runtime = runtime
+    return Counter
+
+
+def redact(_exc):
+    return PublicError("the counter failed", "counter_failed")
+
+
+if __name__ == "__main__":
+    if "CORRAL_CONTROL_FD" not in os.environ or "CORRAL_LISTEN_FD" not in os.environ:
+        sys.stderr.write("not started by a worker manager: CORRAL_CONTROL_FD/CORRAL_LISTEN_FD unset\n")
+        sys.exit(78)
+    sys.exit(WorkerRuntime(setup, redact).run())

@@ -1,0 +1,209 @@
+// worker_main in a forked child, driven from the test as the manager would drive it. What the
+// example workers cannot show lives here: the forced exit, a throwing setup, a bad environment.
+// (tests/worker/test_worker_protocol.py covers the protocol end to end with both examples.)
+#include "worker/worker.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "core/socket.h"
+
+namespace corral::worker {
+namespace {
+
+namespace fs = std::filesystem;
+
+class WorkerProcess {
+ public:
+  // Forks a child that runs worker_main(setup, options) on fds 3 and 4.
+  WorkerProcess(SetupFunction setup, WorkerOptions options) {
+    dir_ = fs::temp_directory_path() /
+           ("corral-worker-test-" + std::to_string(getpid()) + "-" + std::to_string(counter_++));
+    fs::create_directories(dir_);
+    int sv[2];
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    auto listener = core::listen_unix((dir_ / "w.sock").string());
+    EXPECT_TRUE(listener);
+    pid_ = fork();
+    if (pid_ == 0) {
+      int a = dup(sv[1]), b = dup(listener->get());
+      dup2(a, 3);
+      dup2(b, 4);
+      setenv("CORRAL_CONTROL_FD", "3", 1);
+      setenv("CORRAL_LISTEN_FD", "4", 1);
+      setenv("CORRAL_ADDRESS", "test:1", 1);
+      setenv("CORRAL_STATE_DIR", dir_.c_str(), 1);
+      _exit(worker_main(std::move(setup), std::move(options)));
+    }
+    close(sv[1]);
+    control_.reset(sv[0]);
+  }
+  ~WorkerProcess() {
+    if (pid_ > 0 && !reaped_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  void send(const std::string& packet) {
+    ASSERT_EQ(::send(control_.get(), packet.data(), packet.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(packet.size()));
+  }
+  void send_start() {
+    send(nlohmann::json{{"type", "start"},
+                        {"address", "test:1"},
+                        {"start", {{"k", "v"}}},
+                        {"lock", (dir_ / "test.lock").string()}}
+             .dump());
+  }
+  // The next message; null on EOF or after timeout_ms.
+  nlohmann::json recv(int timeout_ms = 5000) {
+    pollfd p{control_.get(), POLLIN, 0};
+    if (poll(&p, 1, timeout_ms) != 1) return nullptr;
+    char buf[65536];
+    ssize_t n = ::recv(control_.get(), buf, sizeof buf, 0);
+    if (n <= 0) return nullptr;
+    return nlohmann::json::parse(std::string_view(buf, static_cast<size_t>(n)));
+  }
+  // The wait status, or -1 if the child is still running after timeout_ms.
+  int wait(int timeout_ms = 5000) {
+    core::UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, pid_, 0)));
+    pollfd p{pidfd.get(), POLLIN, 0};
+    if (!pidfd || poll(&p, 1, timeout_ms) != 1) return -1;
+    int status = 0;
+    if (waitpid(pid_, &status, 0) != pid_) return -1;
+    reaped_ = true;
+    return status;
+  }
+  const fs::path& dir() const { return dir_; }
+
+ private:
+  static inline int counter_ = 0;
+  fs::path dir_;
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  core::UniqueFd control_;
+};
+
+TEST(WorkerMain, ForcesItsExitWhenAStopHangs) {
+  WorkerOptions options;
+  options.force_exit_ms = 300;
+  WorkerProcess w(
+      [](WorkerContext& ctx, http::SiteBuilder& site) {
+        ctx.on_close([] { std::this_thread::sleep_for(std::chrono::seconds(60)); });
+        site.route("GET /", [](http::Request&) { return http::Response::text("ok"); });
+      },
+      options);
+  w.send_start();
+  EXPECT_EQ(w.recv()["type"], "started");
+  EXPECT_EQ(w.recv()["type"], "ready");
+  auto began = std::chrono::steady_clock::now();
+  w.send(R"({"type":"shutdown"})");
+  int status = w.wait(3000);
+  auto took = std::chrono::steady_clock::now() - began;
+  ASSERT_NE(status, -1) << "not exited";
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_GE(took, std::chrono::milliseconds(250));
+}
+
+TEST(WorkerMain, ThrowingSetupIsAFatalWithTheRedactedErrorAndClosersRun) {
+  WorkerOptions options;
+  options.redact = [](const std::exception&) {
+    return PublicError{"setup failed", "setup_failed", "database"};
+  };
+  WorkerProcess w(
+      [](WorkerContext& ctx, http::SiteBuilder&) {
+        // The parent checks what the child saw (a failed EXPECT in the child would go unseen).
+        std::string marker = std::string(ctx.state_dir()) + "/closed";
+        std::string seen = std::string(ctx.address()) + " " + ctx.start_data().dump();
+        ctx.on_close([marker, seen] { std::ofstream(marker) << seen; });
+        throw std::runtime_error("password secret-123");
+      },
+      options);
+  w.send_start();
+  EXPECT_EQ(w.recv()["type"], "started");
+  auto fatal = w.recv();
+  EXPECT_EQ(
+      fatal,
+      (nlohmann::json{
+          {"type", "fatal"},
+          {"error",
+           {{"message", "setup failed"}, {"code", "setup_failed"}, {"reason", "database"}}}}));
+  int status = w.wait();
+  ASSERT_NE(status, -1);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), kExitFatal);
+  std::ifstream closed(w.dir() / "closed");
+  std::string seen;
+  std::getline(closed, seen);
+  EXPECT_EQ(seen, R"(test:1 {"k":"v"})");
+}
+
+TEST(WorkerMain, RoutesThatDoNotBuildAreFatal) {
+  WorkerProcess w(
+      [](WorkerContext&, http::SiteBuilder& site) {
+        site.route("GET /a", [](http::Request&) { return http::Response::text("a"); });
+        site.route("GET /a", [](http::Request&) { return http::Response::text("b"); });
+      },
+      {});
+  w.send_start();
+  EXPECT_EQ(w.recv()["type"], "started");
+  auto fatal = w.recv();
+  EXPECT_EQ(fatal["type"], "fatal");
+  EXPECT_EQ(fatal["error"], (nlohmann::json{{"message", "internal error"}}));
+  int status = w.wait();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), kExitFatal);
+}
+
+TEST(WorkerMain, BusyCountHoldsIdleAcrossReady) {
+  WorkerProcess w(
+      [](WorkerContext& ctx, http::SiteBuilder& site) {
+        ctx.busy_add(1);  // e.g. a load started in setup
+        auto* t = new core::Timer(ctx.loop().timers(), [&ctx] { ctx.busy_add(-1); });
+        ctx.on_close([t] { delete t; });
+        t->arm_after(100);
+        site.route("GET /", [](http::Request&) { return http::Response::text("ok"); });
+      },
+      {});
+  w.send_start();
+  EXPECT_EQ(w.recv()["type"], "started");
+  EXPECT_EQ(w.recv(), (nlohmann::json{{"type", "ready"}, {"idle", false}}));
+  EXPECT_EQ(w.recv(), (nlohmann::json{{"type", "idle"}, {"idle", true}}));
+  w.send(R"({"type":"shutdown"})");
+  int status = w.wait();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+TEST(WorkerMain, RefusesToRunWithoutAManager) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    unsetenv("CORRAL_CONTROL_FD");
+    unsetenv("CORRAL_LISTEN_FD");
+    _exit(worker_main([](WorkerContext&, http::SiteBuilder&) {}));
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), kExitBadEnvironment);
+}
+
+}  // namespace
+}  // namespace corral::worker

@@ -1,0 +1,359 @@
+"""The worker protocol (docs/worker-protocol.md), checked from the manager's side.
+
+A fake manager in Python does what corral's worker manager does: a SOCK_SEQPACKET socketpair for
+control (the child's end becomes fd 3), a listening Unix socket in a 0700 directory (fd 4), the
+environment variables, a new process group; then `start`, and HTTP over the Unix socket. Both
+example workers (examples/worker_cpp, built; examples/worker_python) run through the same tests.
+
+Environment: CORRAL_EXAMPLE_WORKER (the C++ example_worker; default build/debug/...),
+CORRAL_PYTHON (the interpreter for the Python worker; default /usr/bin/python3).
+"""
+
+import http.client
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import time
+import urllib.parse
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+CPP_WORKER = os.environ.get(
+    "CORRAL_EXAMPLE_WORKER", os.path.join(ROOT, "build/debug/examples/worker_cpp/example_worker"))
+PY_WORKER = os.path.join(ROOT, "examples/worker_python/worker.py")
+PYTHON = os.environ.get("CORRAL_PYTHON", "/usr/bin/python3")
+
+TIMEOUT = 10.0  # any single expected event; a passing run takes far less
+
+
+def worker_command(kind):
+    if kind == "cpp":
+        if not os.path.exists(CPP_WORKER):
+            if "CORRAL_EXAMPLE_WORKER" in os.environ:
+                pytest.fail(f"CORRAL_EXAMPLE_WORKER={CPP_WORKER} does not exist")
+            pytest.skip(f"{CPP_WORKER} is not built")
+        return [CPP_WORKER]
+    return [PYTHON, PY_WORKER]
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path, timeout=TIMEOUT):
+        super().__init__("localhost", timeout=timeout)  # Host: localhost passes admission
+        self.unix_path = path
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        s.connect(self.unix_path)
+        self.sock = s
+
+
+class FakeManager:
+    """One worker process, as the manager would run it."""
+
+    def __init__(self, command, base, address="doc:42", lock=None, start=None, name="w"):
+        self.command = command
+        self.address = address
+        self.state_dir = os.path.join(base, "state")
+        os.makedirs(os.path.join(self.state_dir, "locks"), exist_ok=True)
+        self.sock_dir = os.path.join(base, "sockets")
+        os.makedirs(self.sock_dir, mode=0o700, exist_ok=True)
+        os.chmod(self.sock_dir, 0o700)
+        self.lock = lock or os.path.join(self.state_dir, "locks",
+                                         urllib.parse.quote(address, safe="") + ".lock")
+        self.start_data = start if start is not None else {"greeting": "hi"}
+        self.sock_path = os.path.join(self.sock_dir, f"{name}.sock")
+        self.log_path = os.path.join(base, f"{name}.log")
+        self.proc = None
+        self.ctrl = None
+
+    def spawn(self):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        if os.path.exists(self.sock_path):
+            os.unlink(self.sock_path)
+        listener.bind(self.sock_path)
+        listener.listen(64)
+        control_fd, listen_fd = theirs.fileno(), listener.fileno()
+
+        def child_fds():
+            # fds 3 and 4 exactly; dup first so that neither source is overwritten by the other.
+            a, b = os.dup(control_fd), os.dup(listen_fd)
+            os.dup2(a, 3)
+            os.dup2(b, 4)
+            os.setpgid(0, 0)  # a new process group, as the manager does
+
+        env = dict(os.environ)
+        env.update(CORRAL_CONTROL_FD="3", CORRAL_LISTEN_FD="4", CORRAL_ADDRESS=self.address,
+                   CORRAL_STATE_DIR=self.state_dir)
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=self.log,
+                                     stderr=subprocess.STDOUT, env=env, pass_fds=(3, 4),
+                                     preexec_fn=child_fds)
+        # The manager keeps only its own end: the worker's EOF on fd 3 then means "manager gone".
+        theirs.close()
+        listener.close()
+        self.ctrl = ours
+        return self
+
+    def send(self, msg):
+        self.ctrl.send(json.dumps(msg).encode() if isinstance(msg, dict) else msg)
+
+    def send_start(self):
+        self.send({"type": "start", "address": self.address, "start": self.start_data,
+                   "scripts": [], "lock": self.lock})
+
+    def recv(self, timeout=TIMEOUT):
+        """The next message, or None on EOF. Fails after `timeout`."""
+        r, _, _ = select.select([self.ctrl], [], [], timeout)
+        assert r, f"no control message within {timeout} s; log:\n{self.output()}"
+        data = self.ctrl.recv(1 << 20)
+        return json.loads(data) if data else None
+
+    def quiet_for(self, seconds):
+        """True if no control message arrives within `seconds` (waiting for absence needs a bound)."""
+        r, _, _ = select.select([self.ctrl], [], [], seconds)
+        return not r
+
+    def expect(self, type_, timeout=TIMEOUT):
+        msg = self.recv(timeout)
+        assert msg is not None and msg.get("type") == type_, \
+            f"expected {type_}, got {msg}; log:\n{self.output()}"
+        return msg
+
+    def start_ready(self):
+        self.spawn()
+        self.send_start()
+        self.expect("started")
+        ready = self.expect("ready")
+        assert ready["idle"] is True
+        return self
+
+    def request(self, method, path, body=None):
+        c = UnixHTTPConnection(self.sock_path)
+        try:
+            c.request(method, path, body=body)
+            r = c.getresponse()
+            return r.status, r.read().decode()
+        finally:
+            c.close()
+
+    def wait_exit(self, timeout=TIMEOUT):
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"worker still running after {timeout} s; log:\n{self.output()}")
+
+    def count_file(self):
+        name = urllib.parse.quote(self.address, safe="") + ".count"
+        path = os.path.join(self.state_dir, "data", name)
+        with open(path) as f:
+            return int(f.read().strip())
+
+    def output(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def drain_idle(self, timeout=TIMEOUT):
+        """Reads idle flips until the worker reports idle; returns the flips seen."""
+        flips = []
+        while True:
+            msg = self.expect("idle", timeout)
+            flips.append(msg["idle"])
+            if msg["idle"]:
+                return flips
+
+    def close(self):
+        if self.proc and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+        if self.ctrl:
+            self.ctrl.close()
+        if getattr(self, "log", None):
+            self.log.close()
+
+
+@pytest.fixture(params=["cpp", "python"])
+def kind(request):
+    return request.param
+
+
+@pytest.fixture
+def managers(tmp_path, kind):
+    made = []
+
+    def make(**kw):
+        m = FakeManager(worker_command(kind), str(tmp_path), **kw)
+        made.append(m)
+        return m
+
+    yield make
+    for m in made:
+        m.close()
+
+
+def assert_alternating(flips):
+    for a, b in zip(flips, flips[1:]):
+        assert a != b, flips
+
+
+def test_lifecycle_counts_and_persists(managers):
+    m = managers().start_ready()
+    assert m.request("GET", "/") == (200, "0\n")
+    assert m.drain_idle() == [False, True]
+    for n in (1, 2, 3):
+        assert m.request("POST", "/inc") == (200, f"{n}\n")
+        assert m.drain_idle() == [False, True]
+    status, body = m.request("GET", "/start")
+    assert status == 200
+    assert json.loads(body) == {"address": "doc:42", "start": {"greeting": "hi"}, "scripts": []}
+    m.drain_idle()
+
+    m.send({"type": "shutdown"})
+    assert m.wait_exit() == 0
+    assert m.count_file() == 3  # the closer ran
+
+    # A new worker for the same address starts from the persisted count.
+    again = managers(name="w2").start_ready()
+    assert again.request("GET", "/") == (200, "3\n")
+
+
+def test_busy_holds_the_worker(managers):
+    m = managers().start_ready()
+    began = time.monotonic()
+    assert m.request("GET", "/busy?ms=400")[0] == 200
+    assert m.expect("idle")["idle"] is False
+    assert m.expect("idle")["idle"] is True  # only when the busy hold ends, not with the response
+    assert time.monotonic() - began >= 0.35
+    m.send({"type": "shutdown"})
+    assert m.wait_exit() == 0
+
+
+def test_unknown_and_malformed_messages_are_ignored(managers):
+    m = managers().start_ready()
+    m.send({"type": "from-the-future", "x": [1, 2]})
+    m.send(b"not json")
+    m.send(b'{"no":"type"}')
+    assert m.request("POST", "/inc") == (200, "1\n")
+    assert_alternating(m.drain_idle())
+    m.send({"type": "shutdown"})
+    assert m.wait_exit() == 0
+
+
+def test_second_worker_waits_for_the_lock(managers):
+    first = managers(name="first").start_ready()
+    assert first.request("POST", "/inc") == (200, "1\n")
+
+    second = managers(name="second").spawn()
+    second.send_start()
+    assert second.quiet_for(0.7), "started while the first worker still holds the lock"
+
+    first.send({"type": "shutdown"})
+    assert first.wait_exit() == 0
+    second.expect("started")
+    second.expect("ready")
+    # The first worker's closer ran before its lock was released.
+    assert second.request("GET", "/") == (200, "1\n")
+
+
+def test_kill9_releases_the_lock_at_once(managers):
+    first = managers(name="first").start_ready()
+    second = managers(name="second").spawn()
+    second.send_start()
+    assert second.quiet_for(0.5)
+    os.killpg(first.proc.pid, signal.SIGKILL)
+    assert first.wait_exit() == -signal.SIGKILL
+    second.expect("started", timeout=2)
+    second.expect("ready")
+
+
+def test_shutdown_while_waiting_for_the_lock(managers):
+    first = managers(name="first").start_ready()
+    second = managers(name="second").spawn()
+    second.send_start()
+    assert second.quiet_for(0.3)
+    second.send({"type": "shutdown"})
+    assert second.wait_exit(timeout=2) == 0  # no need to wait for the lock to give up on it
+    assert first.proc.poll() is None
+
+
+def test_fatal_is_redacted(managers):
+    m = managers().start_ready()
+    try:
+        m.request("GET", "/fatal")  # the response may or may not arrive
+    except (http.client.HTTPException, OSError):
+        pass
+    while True:
+        r, _, _ = select.select([m.ctrl], [], [], TIMEOUT)
+        assert r, m.output()
+        raw = m.ctrl.recv(1 << 20)
+        assert raw, "EOF before fatal"
+        assert b"secret-123" not in raw
+        msg = json.loads(raw)
+        if msg["type"] == "fatal":
+            break
+        assert msg["type"] == "idle"
+    assert msg["error"] == {"message": "the counter failed", "code": "counter_failed"}
+    assert m.wait_exit() == 1
+    assert "secret-123" in m.output()  # the original goes to stderr only
+
+
+def test_crash_exits_by_signal(managers):
+    m = managers().start_ready()
+    with pytest.raises((http.client.HTTPException, OSError)):
+        m.request("GET", "/crash")
+    assert m.wait_exit() == -signal.SIGABRT
+
+
+def test_lost_link_stops_the_worker(managers):
+    m = managers().start_ready()
+    assert m.request("POST", "/inc") == (200, "1\n")
+    m.ctrl.close()
+    m.ctrl = None
+    assert m.wait_exit() == 0
+    assert m.count_file() == 1
+
+
+def test_lost_link_before_start(managers):
+    m = managers().spawn()
+    m.ctrl.close()
+    m.ctrl = None
+    assert m.wait_exit() == 0
+
+
+def test_sigterm_stops_gracefully(managers):
+    m = managers().start_ready()
+    assert m.request("POST", "/inc") == (200, "1\n")
+    m.drain_idle()
+    m.proc.send_signal(signal.SIGTERM)
+    assert m.wait_exit() == 0
+    assert m.count_file() == 1
+    assert m.recv() is None  # no `fatal`, just the end of the link
+
+
+def test_lock_path_that_cannot_be_opened_is_fatal(managers, tmp_path):
+    m = managers(lock=str(tmp_path / "no-such-dir" / "x.lock")).spawn()
+    m.send_start()
+    msg = m.expect("fatal")
+    assert msg["error"]["code"] == "lock_failed"
+    assert str(tmp_path) not in json.dumps(msg)  # no paths cross
+    assert m.wait_exit() == 1
+
+
+def test_address_with_slashes_stays_in_the_data_dir(managers, tmp_path):
+    m = managers(address="doc:../../escape").start_ready()
+    assert m.request("POST", "/inc") == (200, "1\n")
+    m.send({"type": "shutdown"})
+    assert m.wait_exit() == 0
+    assert m.count_file() == 1
+    assert os.listdir(os.path.join(m.state_dir, "data")) == ["doc%3A..%2F..%2Fescape.count"]
