@@ -86,6 +86,30 @@ class Reader {
 
 }  // namespace
 
+static core::Result<uint32_t> parse_duration_ms(const toml::node& n) {
+  // An integer is seconds; a string is a number with a unit: "500ms", "30s", "5m", "1h".
+  if (auto i = n.value<int64_t>(); i && n.is_integer()) {
+    if (*i < 0 || *i > 86'400) return core::Error{EINVAL, "expected 0..86400 seconds"};
+    return static_cast<uint32_t>(*i * 1000);
+  }
+  auto s = n.value<std::string>();
+  if (!s)
+    return core::Error{EINVAL, "expected seconds or a duration like \"500ms\", \"30s\", \"5m\""};
+  size_t digits = 0;
+  while (digits < s->size() && isdigit(static_cast<unsigned char>((*s)[digits]))) ++digits;
+  if (digits == 0 || digits > 9) return core::Error{EINVAL, "'" + *s + "' is not a duration"};
+  uint64_t v = std::stoull(s->substr(0, digits));
+  std::string unit = s->substr(digits);
+  uint64_t ms = unit == "ms"  ? v
+                : unit == "s" ? v * 1000
+                : unit == "m" ? v * 60'000
+                : unit == "h" ? v * 3'600'000
+                              : UINT64_MAX;
+  if (ms == UINT64_MAX) return core::Error{EINVAL, "'" + *s + "': the unit is ms, s, m or h"};
+  if (ms > 86'400'000) return core::Error{EINVAL, "'" + *s + "' is longer than a day"};
+  return static_cast<uint32_t>(ms);
+}
+
 ConfigErrors load_config(const std::string& path, Config& c) {
   ConfigErrors errors;
   toml::table root;
@@ -101,14 +125,95 @@ ConfigErrors load_config(const std::string& path, Config& c) {
     return errors;
   }
   Reader r(root, errors);
-  r.check_unknown(root, "",
-                  {"listen", "root", "processes", "pin", "log_level", "access_log", "allowed_hosts",
-                   "relays", "limits", "timeouts", "server_name", "referrer_policy"});
+  r.check_unknown(
+      root, "",
+      {"listen", "root", "processes", "pin", "state_dir", "workers", "log_level", "access_log",
+       "allowed_hosts", "relays", "limits", "timeouts", "server_name", "referrer_policy"});
   r.string(root, "listen", c.listen);
   if (auto p = core::parse_address(c.listen); !p)
     errors.problems.push_back(fmt::format("listen: {}", p.error().reason));
   r.string(root, "root", c.root);
   r.integer(root, "", "processes", c.processes, 0, 64);
+  r.string(root, "state_dir", c.state_dir);
+  if (auto* node = root.get("workers")) {
+    if (auto* kinds = node->as_table()) {
+      for (const auto& [name, kind_node] : *kinds) {
+        std::string prefix = "workers." + std::string(name.str()) + ".";
+        auto* t = kind_node.as_table();
+        if (!t) {
+          errors.problems.push_back(prefix.substr(0, prefix.size() - 1) + ": expected a table");
+          continue;
+        }
+        WorkerKind k;
+        k.name = std::string(name.str());
+        bool name_ok = !k.name.empty();
+        for (char ch : k.name)
+          name_ok = name_ok && (isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-');
+        if (!name_ok)
+          errors.problems.push_back(prefix.substr(0, prefix.size() - 1) +
+                                    ": a kind name is letters, digits, '-' and '_'");
+        r.check_unknown(*t, prefix,
+                        {"command", "env", "routes", "idle", "start_timeout", "stop_grace"});
+        auto strings = [&](const char* key, std::vector<std::string>& out) {
+          auto* n = t->get(key);
+          if (!n) return;
+          auto* arr = n->as_array();
+          if (!arr) {
+            errors.problems.push_back(prefix + key + ": expected an array of strings");
+            return;
+          }
+          for (size_t i = 0; i < arr->size(); ++i) {
+            auto v = (*arr)[i].value<std::string>();
+            if (!v)
+              errors.problems.push_back(fmt::format("{}{}[{}]: expected a string", prefix, key, i));
+            else
+              out.push_back(*v);
+          }
+        };
+        strings("command", k.command);
+        strings("routes", k.routes);
+        if (k.command.empty())
+          errors.problems.push_back(prefix + "command: required (the worker's argv)");
+        if (k.routes.empty())
+          errors.problems.push_back(prefix + "routes: required (e.g. [\"/" + k.name +
+                                    "/{id}/*\"])");
+        for (const auto& route : k.routes)
+          if (route.empty() || route[0] != '/' || route.find('{') == std::string::npos)
+            errors.problems.push_back(
+                prefix + "routes: '" + route +
+                "' must be a path with at least one {param} (the address key)");
+        if (auto* n = t->get("env")) {
+          if (auto* envt = n->as_table()) {
+            for (const auto& [ek, ev] : *envt) {
+              auto v = ev.value<std::string>();
+              if (!v)
+                errors.problems.push_back(prefix + "env." + std::string(ek.str()) +
+                                          ": expected a string");
+              else
+                k.env[std::string(ek.str())] = *v;
+            }
+          } else {
+            errors.problems.push_back(prefix + "env: expected a table of strings");
+          }
+        }
+        auto duration = [&](const char* key, uint32_t& out) {
+          auto* n = t->get(key);
+          if (!n) return;
+          auto ms = parse_duration_ms(*n);
+          if (!ms)
+            errors.problems.push_back(prefix + key + ": " + ms.error().reason);
+          else
+            out = ms.value();
+        };
+        duration("idle", k.idle_ms);
+        duration("start_timeout", k.start_timeout_ms);
+        duration("stop_grace", k.stop_grace_ms);
+        c.workers.push_back(std::move(k));
+      }
+    } else {
+      errors.problems.push_back("workers: expected a table of worker kinds ([workers.<name>])");
+    }
+  }
   r.boolean(root, "pin", c.pin);
   std::string level;
   r.string(root, "log_level", level);

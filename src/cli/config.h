@@ -3,6 +3,7 @@
 // Keys and defaults are documented in docs/config.md; keep the two in step.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +17,17 @@ namespace corral::cli {
 // Exit status for a configuration that cannot run; a supervisor does not respawn on it.
 constexpr int kExitBadConfig = 78;  // EX_CONFIG from sysexits.h
 
+// A worker kind ([workers.<name>]): one process per address, started on demand.
+struct WorkerKind {
+  std::string name;
+  std::vector<std::string> command;  // argv of the worker program
+  std::map<std::string, std::string> env;
+  std::vector<std::string> routes;  // "/doc/{id}/*": requests matching it go to "doc:{id}"
+  uint32_t idle_ms = 300'000;
+  uint32_t start_timeout_ms = 60'000;
+  uint32_t stop_grace_ms = 5'000;
+};
+
 struct Config {
   std::string listen = "127.0.0.1:8080";
   std::string root;   // empty: the embedded welcome site
@@ -25,6 +37,8 @@ struct Config {
   std::vector<std::string> allowed_hosts;
   std::vector<std::string> relays;
   http::ServerOptions server;
+  std::vector<WorkerKind> workers;
+  std::string state_dir;  // empty: $XDG_STATE_HOME/corral or ./.corral
 };
 
 struct ConfigErrors {

@@ -11,7 +11,9 @@
 
 #include "cli/config.h"
 #include "cli/sites.h"
+#include "cli/workers_wiring.h"
 #include "control/control_site.h"
+#include "control/worker_routes.h"
 #include "fanout/cpus.h"
 #include "fanout/supervisor.h"
 #include "http/runner.h"
@@ -36,6 +38,9 @@ struct Prepared {
   core::SocketAddress address;
   std::shared_ptr<const http::AdmissionPolicy> policy;
   std::shared_ptr<const http::Site> site;
+  // Each server process sets its resolver here once its loop exists (the site is built before
+  // the fork and holds the slot).
+  std::shared_ptr<cli::ResolverSlot> resolver_slot = std::make_shared<cli::ResolverSlot>();
 };
 
 bool parse_level(const std::string& s, core::LogLevel& out) {
@@ -75,6 +80,8 @@ cli::ConfigErrors prepare(const Flags& flags, core::Logger& log, Prepared& out) 
   }
   auto policy = cli::build_policy(config, errors);
   http::SiteBuilder builder;
+  auto resolver_slot = std::make_shared<cli::ResolverSlot>();
+  if (!config.workers.empty()) cli::add_worker_proxy_routes(builder, config.workers, resolver_slot);
   if (config.root.empty()) {
     cli::add_welcome_routes(builder);
     cli::add_welcome_sockets(builder);
@@ -92,6 +99,7 @@ cli::ConfigErrors prepare(const Flags& flags, core::Logger& log, Prepared& out) 
   out.address = addr.value();
   out.policy = std::move(policy);
   out.site = std::move(site.value());
+  out.resolver_slot = std::move(resolver_slot);
   return errors;
 }
 
@@ -134,6 +142,13 @@ fanout::ChildMain child_main(std::shared_ptr<const Prepared> p, core::Logger& lo
     run.on_listening = [&ctx](http::Server&, const std::vector<core::SocketAddress>&) {
       ctx.notify_ready();
     };
+    int link_fd = ctx.link_fd;
+    run.on_loop = [p, link_fd](core::EventLoop& loop) -> std::shared_ptr<void> {
+      if (link_fd < 0) return nullptr;
+      auto resolver = std::make_shared<cli::LinkResolver>(loop, core::UniqueFd(link_fd));
+      p->resolver_slot->resolver = resolver.get();
+      return resolver;
+    };
     log.set_level(p->config.log_level);
     // Fault injection for the fan-out's tests: a slot that crashes at startup (a crash loop).
     if (const char* crash = getenv("CORRAL_TEST_CRASH_AT_START");
@@ -150,7 +165,9 @@ int serve(const Flags& flags) {
     return print_problems(errors, flags.config_path.empty() ? "command line" : flags.config_path);
   log.set_level(prepared->config.log_level);
 
-  if (prepared->config.processes == 1) {
+  // Workers are children of the supervisor (they outlive a server process's crash): with workers
+  // configured, even one server process runs under a supervisor.
+  if (prepared->config.processes == 1 && prepared->config.workers.empty()) {
     http::RunOptions run;
     run.listen.push_back(prepared->address);
     run.server = prepared->config.server;
@@ -211,24 +228,55 @@ int serve(const Flags& flags) {
     main = child_main(prepared, log, flags);
     return true;
   };
-  auto dir = state_directory(flags.state_dir);
+  auto dir =
+      state_directory(flags.state_dir.empty() ? prepared->config.state_dir : flags.state_dir);
   if (!dir) return print_problems({{dir.error().reason}}, "state-dir");
   std::string control_path = dir.value() + "/control.sock";
+  // The supervisor's services: the worker manager and the control API. The control server is
+  // declared after the manager so that it is destroyed first (its routes use the manager).
+  struct Services {
+    std::unique_ptr<workers::Manager> manager;
+    std::shared_ptr<http::Server> control;
+  };
+  workers::Manager* manager = nullptr;
+  std::shared_ptr<Services> services;
+  hooks.on_link = [&manager](int, core::MessageLink& link) { cli::serve_link(link, &manager); };
   hooks.on_started = [&](core::EventLoop& loop, fanout::Supervisor& sup) -> std::shared_ptr<void> {
+    services = std::make_shared<Services>();
+    if (!prepared->config.workers.empty()) {
+      workers::ManagerOptions mo;
+      mo.state_dir = dir.value();
+      mo.kinds = cli::kind_configs(prepared->config.workers);
+      auto m = workers::Manager::create(loop, log, std::move(mo), nullptr);
+      if (!m) {
+        log.error("workers_failed", "error=\"{}\"", m.error().reason);
+      } else {
+        services->manager = std::move(m.value());
+        manager = services->manager.get();
+      }
+    }
     auto fd = core::listen_unix(control_path);
     if (!fd) {
       log.error("control_failed", "path={} error=\"{}\"", control_path, fd.error().reason);
-      return nullptr;
+      return services;
     }
     http::ServerOptions opts;
     opts.access_log = false;
-    auto server = std::make_shared<http::Server>(loop, log, opts);
+    services->control = std::make_shared<http::Server>(loop, log, opts);
     http::SiteBuilder site;
     control::add_process_routes(site, sup);
-    (void)server->adopt_listener(std::move(fd.value()));
-    server->publish(site.build().value());
+    if (manager) control::add_worker_routes(site, *manager);
+    (void)services->control->adopt_listener(std::move(fd.value()));
+    services->control->publish(site.build().value());
     log.info("control_listening", "path={}", control_path);
-    return server;
+    return services;
+  };
+  hooks.on_terminate = [&](std::function<void()> done) {
+    if (!manager) return done();
+    manager->close([&manager, done] {
+      manager = nullptr;
+      done();
+    });
   };
   int r = fanout::run_fanout(log, options, set, child_main(prepared, log, flags), hooks);
   unlink(control_path.c_str());
@@ -263,7 +311,10 @@ int main(int argc, char** argv) {
 
   auto* ctl = app.add_subcommand("ctl", "Ask a running supervisor (its control socket)");
   std::string ctl_what = "processes";
-  ctl->add_option("WHAT", ctl_what, "processes")->check(CLI::IsMember({"processes"}));
+  std::string ctl_address;
+  ctl->add_option("WHAT", ctl_what, "processes | workers | retry | stop | suspend | resume")
+      ->check(CLI::IsMember({"processes", "workers", "retry", "stop", "suspend", "resume"}));
+  ctl->add_option("ADDRESS", ctl_address, "The worker address (retry, stop, suspend, resume)");
   ctl->add_option("--state-dir", flags.state_dir, "The state directory of the running corral");
 
   CLI11_PARSE(app, argc, argv);
@@ -276,8 +327,17 @@ int main(int argc, char** argv) {
       std::cerr << "corral: " << fd.error().reason << " (is corral serve --processes N running?)\n";
       return 1;
     }
-    std::string req =
-        "GET /" + ctl_what + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    std::string req;
+    if (ctl_what == "processes" || ctl_what == "workers") {
+      req = "GET /" + ctl_what + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    } else {
+      if (ctl_address.empty()) {
+        std::cerr << "corral: ctl " << ctl_what << " needs an ADDRESS (e.g. doc:42)\n";
+        return 2;
+      }
+      req = "POST /workers/" + ctl_address + "/" + ctl_what +
+            " HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+    }
     if (::write(fd->get(), req.data(), req.size()) != static_cast<ssize_t>(req.size())) return 1;
     std::string resp;
     char buf[4096];
@@ -285,7 +345,7 @@ int main(int argc, char** argv) {
       resp.append(buf, static_cast<size_t>(n));
     auto body = resp.find("\r\n\r\n");
     std::cout << (body == std::string::npos ? resp : resp.substr(body + 4)) << "\n";
-    return resp.rfind("HTTP/1.1 200", 0) == 0 ? 0 : 1;
+    return resp.rfind("HTTP/1.1 2", 0) == 0 ? 0 : 1;
   }
 
   if (check->parsed()) {

@@ -393,10 +393,25 @@ int run_fanout(core::Logger& log, SupervisorOptions options, std::shared_ptr<Lis
                ChildMain main, FanoutHooks hooks) {
   core::EventLoop loop;
   Supervisor sup(loop, log, std::move(options));
-  sup.on_finished = [&] { loop.stop(); };
+  bool processes_done = false, services_done = !hooks.on_terminate, services_closing = false;
+  auto close_services = [&] {
+    if (services_closing || !hooks.on_terminate) return;
+    services_closing = true;
+    hooks.on_terminate([&] {
+      services_done = true;
+      if (processes_done) loop.stop();
+    });
+  };
+  sup.on_finished = [&] {
+    processes_done = true;
+    close_services();
+    if (services_done) loop.stop();
+  };
+  sup.on_link = hooks.on_link;
   auto term = [&](const signalfd_siginfo& si) {
     log.info("signal", "signo={}", si.ssi_signo);
     sup.terminate();
+    close_services();
   };
   (void)loop.on_signal(SIGTERM, term);
   (void)loop.on_signal(SIGINT, term);

@@ -144,6 +144,11 @@ struct FanoutHooks {
   // After the first generation is forked: may start more services on the supervisor's loop (the
   // control API); what it returns is destroyed before the loop.
   std::function<std::shared_ptr<void>(core::EventLoop&, Supervisor&)> on_started;
+  // Each server process's link (see Supervisor::on_link).
+  std::function<void(int slot, core::MessageLink& link)> on_link;
+  // Shutdown of what on_started started (the worker manager): call `done` when it is over; the
+  // supervisor returns once its processes are reaped and `done` was called.
+  std::function<void(std::function<void()> done)> on_terminate;
 };
 int run_fanout(core::Logger& log, SupervisorOptions options, std::shared_ptr<ListenerSet> listeners,
                ChildMain main, FanoutHooks hooks = {});

@@ -7,6 +7,8 @@ namespace corral::http {
 int run_server(core::Logger& log, const RunOptions& options, std::shared_ptr<const Site> site) {
   signal(SIGPIPE, SIG_IGN);
   core::EventLoop loop;
+  std::shared_ptr<void> services;
+  if (options.on_loop) services = options.on_loop(loop);
   Server server(loop, log, options.server);
   if (options.policy) server.set_policy(options.policy);
   std::vector<core::SocketAddress> bound;
@@ -58,6 +60,7 @@ int run_server(core::Logger& log, const RunOptions& options, std::shared_ptr<con
   loop.run();
   log.info("stopped", "requests={}", server.stats().requests);
   log.flush();
+  services.reset();
   return 0;
 }
 

@@ -21,6 +21,9 @@ struct RunOptions {
   std::shared_ptr<const AdmissionPolicy> policy;
   // Called once every listener is bound (tests read the ports from here).
   std::function<void(Server&, const std::vector<core::SocketAddress>&)> on_listening;
+  // Once the loop exists, before listening: per-process services (what it returns is destroyed
+  // before the loop).
+  std::function<std::shared_ptr<void>(core::EventLoop&)> on_loop;
   // SIGHUP: return a new policy to apply (or null to keep the current one).
   std::function<std::shared_ptr<const AdmissionPolicy>()> on_reload;
 };

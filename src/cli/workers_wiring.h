@@ -1,0 +1,57 @@
+// Wiring of workers into `corral serve`: the routes in each server process that proxy a kind's
+// paths to the address's worker (resolving the address over the process's link to the
+// supervisor), and the supervisor's side of that link (the worker manager answers).
+//
+// Link messages (JSON, one per SEQPACKET packet):
+//   server -> supervisor  {"type":"resolve","id":N,"address":"doc:42"}
+//   supervisor -> server  {"type":"resolved","id":N,"socket":"/state/sockets/doc%3A42.sock"}
+//                         {"type":"refused","id":N,"status":503,"error":{"message":...}}
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/config.h"
+#include "core/message_link.h"
+#include "http/response.h"
+#include "http/site.h"
+#include "workers/manager.h"
+
+namespace corral::cli {
+
+// The server process's end of the link: asks the supervisor for an address's worker socket.
+class LinkResolver {
+ public:
+  using Answer = std::function<void(std::string path, std::optional<http::Response> instead)>;
+  LinkResolver(core::EventLoop& loop, core::UniqueFd fd);
+  void resolve(const std::string& address, Answer answer);
+
+ private:
+  core::MessageLink link_;
+  uint64_t next_id_ = 1;
+  std::map<uint64_t, Answer> pending_;
+};
+
+// Filled in each server process once its loop exists (the site is built before the fork).
+struct ResolverSlot {
+  LinkResolver* resolver = nullptr;
+};
+
+// Routes for every kind's patterns: any method; the address is "<kind>:<param>[:<param>...]".
+void add_worker_proxy_routes(http::SiteBuilder& site, const std::vector<WorkerKind>& kinds,
+                             std::shared_ptr<ResolverSlot> slot);
+
+std::vector<workers::KindConfig> kind_configs(const std::vector<WorkerKind>& kinds);
+
+// The supervisor's end: answers resolve requests from `link` with `manager` (which must outlive
+// the link or be null: then requests are refused).
+void serve_link(core::MessageLink& link, workers::Manager** manager);
+
+// A refusal as the client sees it: the status and {"error":{message, code?, reason?}}.
+http::Response error_response(int status, const nlohmann::json& error);
+
+}  // namespace corral::cli
