@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "http/proxy.h"
+#include "ws/handshake.h"
 
 namespace corral::cli {
 
@@ -51,6 +52,12 @@ void add_worker_proxy_routes(http::SiteBuilder& site, const std::vector<WorkerKi
         std::string address = name;
         for (const auto& p : req.params) address.append(":").append(p.value);
         if (!slot->resolver) return error_response(503, {{"message", "workers are not available"}});
+        // A WebSocket upgrade passes the ws component's checks (Origin above all) before it is
+        // relayed to the worker, which answers the handshake itself.
+        if (req.header("upgrade")) {
+          auto h = ws::check_handshake(req, {});
+          if (h.status) return ws::refusal(h);
+        }
         http::ProxyOptions options;
         options.add_headers = {{"Corral-Remote-Address", req.remote_address},
                                {"Corral-Address", address}};

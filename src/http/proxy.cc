@@ -13,6 +13,7 @@
 #include "core/event_loop.h"
 #include "core/timer_wheel.h"
 #include "core/unique_fd.h"
+#include "http/server.h"
 
 namespace corral::http {
 
@@ -42,8 +43,9 @@ bool corral_header(std::string_view name) {
 class Upstream final : public core::IoHandler, public std::enable_shared_from_this<Upstream> {
  public:
   Upstream(core::EventLoop& loop, std::string path, std::string request, uint32_t timeout_ms,
-           bool head)
+           bool head, bool upgrade = false)
       : loop_(loop),
+        upgrade_requested_(upgrade),
         path_(std::move(path)),
         timer_(loop.timers(), [this] { fail(504, "upstream response timeout"); }),
         head_request_(head) {
@@ -72,6 +74,10 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
     };
     settings_.on_headers_complete = [](llhttp_t* p) {
       auto* u = static_cast<Upstream*>(p->data);
+      if (u->upgrade_requested_ && p->status_code == 101) {
+        u->switching_ = true;
+        return 2;  // the rest is the upgraded protocol: llhttp pauses after the head
+      }
       u->on_head();
       return u->head_request_ ? 1 : 0;  // a response to HEAD has no body
     };
@@ -80,7 +86,8 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
       return 0;
     };
     settings_.on_message_complete = [](llhttp_t* p) {
-      static_cast<Upstream*>(p->data)->on_complete();
+      auto* u = static_cast<Upstream*>(p->data);
+      if (!u->switching_) u->on_complete();  // a 101 "completes" at once: the socket goes on
       return 0;
     };
     llhttp_init(&parser_, HTTP_RESPONSE, &settings_);
@@ -154,6 +161,11 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
       if (n > 0) {
         auto self = shared_from_this();  // callbacks may drop the last other owner
         llhttp_errno_t err = llhttp_execute(&parser_, buf, static_cast<size_t>(n));
+        if (switching_ && err == HPE_PAUSED_UPGRADE) {
+          const char* end = llhttp_get_error_pos(&parser_);
+          on_switch(std::string(end, static_cast<size_t>(buf + n - end)));
+          return;
+        }
         if (err != HPE_OK && !complete_) fail(502, "malformed upstream response");
         return;
       }
@@ -226,6 +238,9 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
     respond(std::move(body));
   }
 
+  // 101 from the upstream: the client gets the same 101 and both sockets are relayed.
+  void on_switch(std::string upstream_leftover);
+
   void respond(Response r) {
     if (!responder_) return;
     auto* resp = responder_;
@@ -282,6 +297,8 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
   }
 
   core::EventLoop& loop_;
+  bool upgrade_requested_ = false;
+  bool switching_ = false;
   std::string path_;
   core::Timer timer_;
   uint32_t timeout_ms_ = 0;
@@ -301,6 +318,146 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
   std::string pending_body_;
 };
 
+// Relays bytes both ways between an upgraded client connection and the upstream, with
+// backpressure (a side is not read while the other side's queue is full) and half-closes passed
+// on. Owns itself once started; attached to the Server as an Upgraded connection.
+class Relay final : public Upgraded {
+ public:
+  static constexpr size_t kHigh = 256 * 1024;
+  static constexpr size_t kLow = 64 * 1024;
+
+  Relay(core::EventLoop& loop, Server& server, core::UniqueFd client, core::UniqueFd upstream)
+      : loop_(loop), server_(server) {
+    a_.relay = b_.relay = this;
+    a_.fd = std::move(client);
+    b_.fd = std::move(upstream);
+    a_.peer = &b_;
+    b_.peer = &a_;
+  }
+  void start(std::string to_upstream, std::string to_client) {
+    server_.attach(this);
+    b_.out.append(to_upstream);
+    a_.out.append(to_client);
+    for (Side* s : {&a_, &b_}) {
+      s->interest = EPOLLIN;
+      if (!loop_.add(s->fd.get(), s->interest, s)) return finish();
+    }
+    flush(a_);
+    flush(b_);
+  }
+  void server_closing() override {}  // relayed bytes are the upstream's business; close_ms cuts
+  void site_replaced(const Site&) override {}
+  void force_close() override { finish(); }
+
+ private:
+  struct Side final : core::IoHandler {
+    Relay* relay = nullptr;
+    Side* peer = nullptr;
+    core::UniqueFd fd;
+    core::Buffer out;   // bytes for this side
+    bool eof = false;   // this side sent FIN
+    bool shut = false;  // we sent FIN to this side
+    uint32_t interest = 0;
+    void on_io(uint32_t events) override { relay->on_io(*this, events); }
+  };
+
+  void on_io(Side& s, uint32_t events) {
+    if (done_) return;
+    if (events & EPOLLOUT) flush(s);
+    if (done_) return;
+    if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+      Side& to = *s.peer;
+      ssize_t n = ::read(s.fd.get(), to.out.reserve(16384), 16384);
+      if (n > 0) {
+        to.out.commit(static_cast<size_t>(n));
+        flush(to);
+      } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+        if (n < 0) return finish();
+        s.eof = true;
+        flush(to);  // passes the FIN on once its queue is out
+      }
+    }
+    update(s);
+    update(*s.peer);
+    if (a_.eof && b_.eof && a_.out.empty() && b_.out.empty()) finish();
+  }
+
+  void flush(Side& s) {
+    while (!s.out.empty()) {
+      ssize_t n = ::send(s.fd.get(), s.out.data(), s.out.size(), MSG_NOSIGNAL);
+      if (n > 0) {
+        s.out.consume(static_cast<size_t>(n));
+        continue;
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
+      return finish();
+    }
+    if (s.out.empty() && s.peer->eof && !s.shut) {
+      s.shut = true;
+      ::shutdown(s.fd.get(), SHUT_WR);
+    }
+    update(s);
+  }
+
+  void update(Side& s) {
+    if (done_ || !s.fd) return;
+    uint32_t want = 0;
+    if (!s.eof && s.peer->out.size() < kHigh) want |= EPOLLIN;
+    if (!s.out.empty()) want |= EPOLLOUT;
+    if (want != s.interest) {
+      s.interest = want;
+      (void)loop_.modify(s.fd.get(), want, &s);
+    }
+  }
+
+  void finish() {
+    if (done_) return;
+    done_ = true;
+    for (Side* s : {&a_, &b_}) {
+      if (s->fd) {
+        loop_.remove(s->fd.get());
+        s->fd.reset();
+      }
+    }
+    server_.detach(this);
+    loop_.destroy_later(std::unique_ptr<Relay>(this));
+  }
+
+  core::EventLoop& loop_;
+  Server& server_;
+  Side a_;  // the client
+  Side b_;  // the upstream
+  bool done_ = false;
+};
+
+class RelayUpgrade final : public UpgradeHandler {
+ public:
+  RelayUpgrade(core::UniqueFd upstream, std::string upstream_leftover)
+      : upstream_(std::move(upstream)), leftover_(std::move(upstream_leftover)) {}
+  void take_over(UpgradeContext ctx) override {
+    auto* relay = new Relay(ctx.loop, ctx.server, std::move(ctx.fd), std::move(upstream_));
+    // To the client: the 101's unsent bytes, then what the upstream already sent after its 101.
+    relay->start(std::move(ctx.leftover_input), ctx.pending_output + leftover_);
+  }
+
+ private:
+  core::UniqueFd upstream_;
+  std::string leftover_;
+};
+
+void Upstream::on_switch(std::string upstream_leftover) {
+  timer_.cancel();
+  head_seen_ = true;
+  loop_.remove(fd_.get());
+  Response r = Response::upgrade(
+      std::make_unique<RelayUpgrade>(std::move(fd_), std::move(upstream_leftover)));
+  for (auto& [k, v] : headers_) {
+    if (iequals(k, "date") || iequals(k, "server") || iequals(k, "content-length")) continue;
+    r.headers.emplace_back(std::move(k), std::move(v));
+  }
+  respond(std::move(r));
+}
+
 class ProxyCall final : public DeferredProducer {
  public:
   explicit ProxyCall(std::shared_ptr<Upstream> u) : u_(std::move(u)) {}
@@ -314,6 +471,15 @@ class ProxyCall final : public DeferredProducer {
 }  // namespace
 
 namespace {
+
+bool is_upgrade(const Request& req) {
+  auto up = req.header("upgrade");
+  auto conn = req.header("connection");
+  if (!up || !conn) return false;
+  std::string c(*conn);
+  for (auto& ch : c) ch = static_cast<char>(tolower(static_cast<unsigned char>(ch)));
+  return c.find("upgrade") != std::string::npos;
+}
 
 std::string prepare_request(const Request& req, const ProxyOptions& options) {
   std::string r;
@@ -333,16 +499,22 @@ std::string prepare_request(const Request& req, const ProxyOptions& options) {
   if (!req.body.empty() || req.method == Method::kPost || req.method == Method::kPut ||
       req.method == Method::kPatch)
     r.append("Content-Length: ").append(std::to_string(req.body.size())).append("\r\n");
-  r.append("Connection: close\r\n\r\n");
+  if (is_upgrade(req)) {
+    // The one hop-by-hop pair that must cross: the upstream decides whether to switch.
+    r.append("Upgrade: ").append(*req.header("upgrade")).append("\r\nConnection: Upgrade\r\n\r\n");
+  } else {
+    r.append("Connection: close\r\n\r\n");
+  }
   r.append(req.body);
   return r;
 }
 
 std::shared_ptr<Upstream> make_upstream(core::EventLoop& loop, std::string path,
-                                        std::string request, uint32_t timeout_ms, bool head) {
+                                        std::string request, uint32_t timeout_ms, bool head,
+                                        bool upgrade) {
   // Freed after the loop's dispatch round: an event for its socket may be queued in this batch.
   return std::shared_ptr<Upstream>(
-      new Upstream(loop, std::move(path), std::move(request), timeout_ms, head),
+      new Upstream(loop, std::move(path), std::move(request), timeout_ms, head, upgrade),
       [&loop](Upstream* u) { loop.destroy_later(std::unique_ptr<Upstream>(u)); });
 }
 
@@ -355,6 +527,7 @@ class FoundCall final : public DeferredProducer {
     std::string request;
     uint32_t timeout_ms;
     bool head;
+    bool upgrade = false;
     Responder* responder = nullptr;
     std::shared_ptr<Upstream> upstream;
     bool aborted = false;
@@ -372,7 +545,7 @@ class FoundCall final : public DeferredProducer {
         return;
       }
       st->upstream = make_upstream(*st->loop, std::move(path), std::move(st->request),
-                                   st->timeout_ms, st->head);
+                                   st->timeout_ms, st->head, st->upgrade);
       st->upstream->start(*st->responder);
     });
   }
@@ -391,8 +564,9 @@ class FoundCall final : public DeferredProducer {
 
 Response proxy_to(Request& req, std::string unix_path, ProxyOptions options) {
   if (!req.loop) return Response::status_only(502);
-  auto upstream = make_upstream(*req.loop, std::move(unix_path), prepare_request(req, options),
-                                options.response_timeout_ms, req.method == Method::kHead);
+  auto upstream =
+      make_upstream(*req.loop, std::move(unix_path), prepare_request(req, options),
+                    options.response_timeout_ms, req.method == Method::kHead, is_upgrade(req));
   return Response::deferred(std::make_unique<ProxyCall>(std::move(upstream)));
 }
 
@@ -403,6 +577,7 @@ Response proxy_found(Request& req, UpstreamFinder find, ProxyOptions options) {
   st->request = prepare_request(req, options);
   st->timeout_ms = options.response_timeout_ms;
   st->head = req.method == Method::kHead;
+  st->upgrade = is_upgrade(req);
   return Response::deferred(std::make_unique<FoundCall>(std::move(st), std::move(find)));
 }
 

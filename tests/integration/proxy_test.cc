@@ -15,6 +15,7 @@
 #include "http/proxy.h"
 #include "http/server.h"
 #include "http/site.h"
+#include "ws/socket.h"
 
 namespace corral::http {
 namespace {
@@ -37,6 +38,11 @@ class Proxy : public ::testing::Test {
     up.route("GET /status/{n}", [](Request& req) {
       return Response::status_only(std::stoi(std::string(req.param("n"))));
     });
+    ws::SocketRoute echo;
+    echo.on_open = [](ws::Socket& sock) {
+      sock.on_message = [](ws::Socket& sock, std::string_view m, bool) { sock.send_text(m); };
+    };
+    ws::add_socket_route(up, "/sock", echo);
     upstream_->publish(up.build().value());
 
     front_ = std::make_unique<Server>(loop_, log_, opts);
@@ -117,6 +123,20 @@ TEST_F(Proxy, PassesStatusesAndAnswers502WhenTheUpstreamIsDown) {
             std::string::npos);
   auto down = exchange("GET /down/x HTTP/1.1\r\nHost: localhost\r\n\r\n", "Bad Gateway\n");
   EXPECT_NE(down.find("HTTP/1.1 502"), std::string::npos) << down;
+}
+
+TEST_F(Proxy, RelaysAWebSocketUpgradeBothWays) {
+  // The handshake, then a masked text frame "hi" (mask 01 02 03 04) in the same write.
+  std::string req =
+      "GET /p/sock HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+      "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
+  req += std::string("\x81\x82\x01\x02\x03\x04", 6);
+  req += static_cast<char>('h' ^ 0x01);
+  req += static_cast<char>('i' ^ 0x02);
+  auto got = exchange(req, std::string("\x81\x02hi", 4));
+  EXPECT_NE(got.find("HTTP/1.1 101"), std::string::npos) << got;
+  EXPECT_NE(got.find("s3pPLMBiTxaQ9kYGzzhZRbK+xOo="), std::string::npos) << got;
+  EXPECT_NE(got.find(std::string("\x81\x02hi", 4)), std::string::npos) << got;
 }
 
 }  // namespace
