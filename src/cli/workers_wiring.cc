@@ -59,14 +59,13 @@ void add_worker_proxy_routes(http::SiteBuilder& site, const std::vector<WorkerKi
           if (h.status) return ws::refusal(h);
         }
         http::ProxyOptions options;
+        options.target = "/" + req.wildcard;
+        if (!req.query.empty()) options.target.append("?").append(req.query);
         options.add_headers = {{"Corral-Remote-Address", req.remote_address},
                                {"Corral-Address", address}};
         if (req.principal) options.add_headers.emplace_back("Corral-Principal", req.principal->id);
         // The worker sees the part of the path the route's '*' matched ("/doc/42/edit" with
         // "/doc/{id}/*" -> "/edit"), with the query: its routes are relative to its address.
-        std::string target = "/" + req.wildcard;
-        if (!req.query.empty()) target.append("?").append(req.query);
-        req.target = target;
         LinkResolver* resolver = slot->resolver;
         return http::proxy_found(
             req,

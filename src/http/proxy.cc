@@ -484,7 +484,8 @@ bool is_upgrade(const Request& req) {
 std::string prepare_request(const Request& req, const ProxyOptions& options) {
   std::string r;
   r.reserve(256 + req.target.size() + req.body.size());
-  r.append(req.method_name).append(" ").append(req.target).append(" HTTP/1.1\r\n");
+  std::string_view target = options.target.empty() ? req.target : options.target;
+  r.append(req.method_name).append(" ").append(target).append(" HTTP/1.1\r\n");
   // The upstream is on a Unix socket reached only through us: it sees Host: localhost (its own
   // admission baseline admits that) and the client's Host in Corral-Host.
   r.append("Host: localhost\r\n");

@@ -23,6 +23,7 @@ namespace corral::http {
 struct ProxyOptions {
   std::vector<std::pair<std::string, std::string>> add_headers;  // e.g. Corral-Remote-Address
   uint32_t response_timeout_ms = 60'000;  // until the upstream's response head
+  std::string target;  // the request target the upstream sees; empty: the client's
 };
 
 Response proxy_to(Request& req, std::string unix_path, ProxyOptions options = {});

@@ -50,9 +50,9 @@ class Proxy : public ::testing::Test {
     SiteBuilder fr;
     fr.route("/p/*", [this](Request& req) {
       // The upstream sees the path after /p.
-      target_ = "/" + req.wildcard;
-      req.target = target_;
-      return proxy_to(req, path_, {.add_headers = {{"Corral-Remote-Address", req.remote_address}}});
+      return proxy_to(req, path_,
+                      {.add_headers = {{"Corral-Remote-Address", req.remote_address}},
+                       .target = "/" + req.wildcard});
     });
     fr.route("/down/*", [](Request& req) { return proxy_to(req, "/tmp/corral-no-such.sock"); });
     front_->publish(fr.build().value());
