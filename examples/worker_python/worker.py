@@ -46,8 +46,11 @@ PR_SET_PDEATHSIG = 1
 def log(event, **fields):
     """One line on stderr, which the manager prefixes with the address."""
     text = " ".join(f"{k}={json.dumps(v) if isinstance(v, str) else v}" for k, v in fields.items())
-    sys.stderr.write(f"{event} {text}\n")
-    sys.stderr.flush()
+    try:
+        sys.stderr.write(f"{event} {text}\n")
+        sys.stderr.flush()
+    except OSError:
+        pass  # the reader is gone (the manager died): the stop path must still run the closers
 
 
 class PublicError(Exception):
@@ -118,7 +121,10 @@ class WorkerRuntime:
     def fatal(self, exc):
         """Reports redact(exc) as `fatal` (the original goes to stderr only), then stops, status 1."""
         log("worker_fatal", address=self.address, error=str(exc))
-        traceback.print_exception(exc, file=sys.stderr)
+        try:
+            traceback.print_exception(exc, file=sys.stderr)
+        except OSError:
+            pass  # stderr's reader is gone
         try:
             public = self.redact(exc)
         except Exception:  # a broken redact must not leak the original either

@@ -238,11 +238,11 @@ int serve(const Flags& flags) {
     std::unique_ptr<workers::Manager> manager;
     std::shared_ptr<http::Server> control;
   };
-  workers::Manager* manager = nullptr;
-  std::shared_ptr<Services> services;
+  workers::Manager* manager = nullptr;  // owned by the Services run_fanout holds (and destroys
+                                        // before its loop)
   hooks.on_link = [&manager](int, core::MessageLink& link) { cli::serve_link(link, &manager); };
   hooks.on_started = [&](core::EventLoop& loop, fanout::Supervisor& sup) -> std::shared_ptr<void> {
-    services = std::make_shared<Services>();
+    auto services = std::make_shared<Services>();
     if (!prepared->config.workers.empty()) {
       workers::ManagerOptions mo;
       mo.state_dir = dir.value();
@@ -335,7 +335,17 @@ int main(int argc, char** argv) {
         std::cerr << "corral: ctl " << ctl_what << " needs an ADDRESS (e.g. doc:42)\n";
         return 2;
       }
-      req = "POST /workers/" + ctl_address + "/" + ctl_what +
+      std::string encoded;  // the address as one path segment: all but unreserved and ':' escaped
+      for (unsigned char c : ctl_address) {
+        if (isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~' || c == ':') {
+          encoded += static_cast<char>(c);
+        } else {
+          char hex[4];
+          snprintf(hex, sizeof hex, "%%%02X", c);
+          encoded += hex;
+        }
+      }
+      req = "POST /workers/" + encoded + "/" + ctl_what +
             " HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
     }
     if (::write(fd->get(), req.data(), req.size()) != static_cast<ssize_t>(req.size())) return 1;
