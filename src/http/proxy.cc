@@ -104,7 +104,7 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
     std::memcpy(sun.sun_path, path_.c_str(), path_.size() + 1);
     fd_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (!fd_ || ::connect(fd_.get(), reinterpret_cast<sockaddr*>(&sun), sizeof sun) < 0) {
-      if (errno != EAGAIN && errno != EINPROGRESS) return fail(502, "upstream unreachable");
+      if (errno != EAGAIN && errno != EINPROGRESS) return fail(502, "upstream unreachable", true);
     }
     interest_ = EPOLLIN | EPOLLOUT;
     if (!loop_.add(fd_.get(), interest_, this)) return fail(502, "epoll");
@@ -112,6 +112,10 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
   }
 
   // The body's side, once the head was passed on.
+  // Asked before answering 502 for an upstream that could not be reached or closed before
+  // sending anything: returning true means the caller tries again (this one then stays silent).
+  std::function<bool()> retry_before_head;
+
   void attach_writer(StreamWriter* w) {
     writer_ = w;
     if (!w) {  // the client is gone
@@ -148,7 +152,7 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
           continue;
         }
         if (n < 0 && errno == EAGAIN) break;
-        return fail(502, "upstream write failed");
+        return fail(502, "upstream write failed", !got_bytes_);
       }
       if (out_.empty()) {
         interest_ &= ~static_cast<uint32_t>(EPOLLOUT);
@@ -159,6 +163,7 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
       char buf[16384];
       ssize_t n = ::read(fd_.get(), buf, sizeof buf);
       if (n > 0) {
+        got_bytes_ = true;
         auto self = shared_from_this();  // callbacks may drop the last other owner
         llhttp_errno_t err = llhttp_execute(&parser_, buf, static_cast<size_t>(n));
         if (switching_ && err == HPE_PAUSED_UPGRADE) {
@@ -171,7 +176,7 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
       }
       if (n < 0 && errno == EAGAIN) return;
       // EOF: a close-delimited body ends here; before the head it is a failure.
-      if (!head_seen_) return fail(502, "upstream closed before its response");
+      if (!head_seen_) return fail(502, "upstream closed before its response", !got_bytes_);
       if (llhttp_message_needs_eof(&parser_)) llhttp_finish(&parser_);
       if (!complete_) {
         // Cut short: the client must not take a truncated body for a whole one.
@@ -275,9 +280,13 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
     }
   }
 
-  void fail(int status, std::string_view why) {
+  void fail(int status, std::string_view why, bool retryable = false) {
     close_fd();
     timer_.cancel();
+    if (retryable && !head_seen_ && responder_ && retry_before_head && retry_before_head()) {
+      responder_ = nullptr;  // the next attempt answers
+      return;
+    }
     if (responder_) {
       auto r = Response::status_only(status);
       r.header("Corral-Proxy-Error", std::string(why));
@@ -312,6 +321,7 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
   bool value_done_ = true;
   std::vector<std::pair<std::string, std::string>> headers_;
   bool head_seen_ = false;
+  bool got_bytes_ = false;  // the upstream sent something (then a retry could repeat its work)
   bool complete_ = false;
   Responder* responder_ = nullptr;
   StreamWriter* writer_ = nullptr;
@@ -529,26 +539,17 @@ class FoundCall final : public DeferredProducer {
     uint32_t timeout_ms;
     bool head;
     bool upgrade = false;
+    bool idempotent = false;
+    bool retried = false;
+    UpstreamFinder find;
     Responder* responder = nullptr;
     std::shared_ptr<Upstream> upstream;
     bool aborted = false;
   };
-  FoundCall(std::shared_ptr<State> st, UpstreamFinder find)
-      : st_(std::move(st)), find_(std::move(find)) {}
+  FoundCall(std::shared_ptr<State> st) : st_(std::move(st)) {}
   void start(Responder& r) override {
     st_->responder = &r;
-    find_([st = st_](std::string path, std::optional<Response> instead) {
-      if (st->aborted || !st->responder) return;
-      if (instead) {
-        auto* resp = st->responder;
-        st->responder = nullptr;
-        resp->respond(std::move(*instead));
-        return;
-      }
-      st->upstream = make_upstream(*st->loop, std::move(path), std::move(st->request),
-                                   st->timeout_ms, st->head, st->upgrade);
-      st->upstream->start(*st->responder);
-    });
+    attempt(st_);
   }
   void on_abort() override {
     st_->aborted = true;
@@ -557,8 +558,35 @@ class FoundCall final : public DeferredProducer {
   }
 
  private:
+  // Finds the upstream and sends the request. An idempotent request whose upstream went away
+  // before answering anything (a worker stopping as the request arrived) is tried once more:
+  // the finder then starts a new worker.
+  static void attempt(const std::shared_ptr<State>& state) {
+    state->find([st = state](std::string path, std::optional<Response> instead) {
+      if (st->aborted || !st->responder) return;
+      if (instead) {
+        auto* resp = st->responder;
+        st->responder = nullptr;
+        resp->respond(std::move(*instead));
+        return;
+      }
+      st->upstream = make_upstream(*st->loop, std::move(path), st->request, st->timeout_ms,
+                                   st->head, st->upgrade);
+      std::weak_ptr<State> weak = st;  // the upstream must not keep its owner alive
+      st->upstream->retry_before_head = [weak] {
+        auto s = weak.lock();
+        if (!s || s->aborted || s->retried || !s->idempotent) return false;
+        s->retried = true;
+        s->loop->defer([s] {
+          if (!s->aborted && s->responder) attempt(s);
+        });
+        return true;
+      };
+      st->upstream->start(*st->responder);
+    });
+  }
+
   std::shared_ptr<State> st_;
-  UpstreamFinder find_;
 };
 
 }  // namespace
@@ -579,7 +607,10 @@ Response proxy_found(Request& req, UpstreamFinder find, ProxyOptions options) {
   st->timeout_ms = options.response_timeout_ms;
   st->head = req.method == Method::kHead;
   st->upgrade = is_upgrade(req);
-  return Response::deferred(std::make_unique<FoundCall>(std::move(st), std::move(find)));
+  st->idempotent =
+      req.method == Method::kGet || req.method == Method::kHead || req.method == Method::kOptions;
+  st->find = std::move(find);
+  return Response::deferred(std::make_unique<FoundCall>(std::move(st)));
 }
 
 }  // namespace corral::http
