@@ -334,7 +334,6 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
 class Relay final : public Upgraded {
  public:
   static constexpr size_t kHigh = 256 * 1024;
-  static constexpr size_t kLow = 64 * 1024;
 
   Relay(core::EventLoop& loop, Server& server, core::UniqueFd client, core::UniqueFd upstream)
       : loop_(loop), server_(server) {
