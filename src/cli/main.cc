@@ -145,9 +145,16 @@ fanout::ChildMain child_main(std::shared_ptr<const Prepared> p, core::Logger& lo
     int link_fd = ctx.link_fd;
     run.on_loop = [p, link_fd](core::EventLoop& loop) -> std::shared_ptr<void> {
       if (link_fd < 0) return nullptr;
-      auto resolver = std::make_shared<cli::LinkResolver>(loop, core::UniqueFd(link_fd));
-      p->resolver_slot->resolver = resolver.get();
-      return resolver;
+      struct PerProcess {
+        cli::LinkResolver resolver;
+        http::UpstreamPool pool;
+        PerProcess(core::EventLoop& loop, int fd)
+            : resolver(loop, core::UniqueFd(fd)), pool(loop) {}
+      };
+      auto pp = std::make_shared<PerProcess>(loop, link_fd);
+      p->resolver_slot->resolver = &pp->resolver;
+      p->resolver_slot->pool = &pp->pool;
+      return pp;
     };
     log.set_level(p->config.log_level);
     // Fault injection for the fan-out's tests: a slot that crashes at startup (a crash loop).

@@ -59,6 +59,7 @@ void add_worker_proxy_routes(http::SiteBuilder& site, const std::vector<WorkerKi
           if (h.status) return ws::refusal(h);
         }
         http::ProxyOptions options;
+        options.pool = slot->pool;
         options.target = "/" + req.wildcard;
         if (!req.query.empty()) options.target.append("?").append(req.query);
         options.add_headers = {{"Corral-Remote-Address", req.remote_address},

@@ -17,6 +17,64 @@
 
 namespace corral::http {
 
+// A pooled idle connection watches its socket: the upstream closing it (EOF, or anything
+// unexpected arriving) drops it from the pool.
+struct UpstreamPool::Idle final : core::IoHandler {
+  UpstreamPool* pool = nullptr;
+  std::string path;
+  core::UniqueFd fd;
+  void on_io(uint32_t) override { pool->drop(this); }
+};
+
+UpstreamPool::UpstreamPool(core::EventLoop& loop) : loop_(loop) {}
+
+UpstreamPool::~UpstreamPool() {
+  for (auto& [path, list] : idle_)
+    for (auto& i : list) loop_.remove(i->fd.get());
+}
+
+core::UniqueFd UpstreamPool::take(const std::string& path) {
+  auto it = idle_.find(path);
+  if (it == idle_.end() || it->second.empty()) return {};
+  auto idle = std::move(it->second.back());
+  it->second.pop_back();
+  loop_.remove(idle->fd.get());
+  core::UniqueFd fd = std::move(idle->fd);
+  loop_.destroy_later(std::move(idle));  // an event for it may be queued in this batch
+  return fd;
+}
+
+void UpstreamPool::give(const std::string& path, core::UniqueFd fd) {
+  auto& list = idle_[path];
+  if (list.size() >= kMaxIdlePerPath) return;  // fd closes here
+  auto idle = std::make_unique<Idle>();
+  idle->pool = this;
+  idle->path = path;
+  idle->fd = std::move(fd);
+  if (!loop_.add(idle->fd.get(), EPOLLIN | EPOLLRDHUP, idle.get())) return;
+  list.push_back(std::move(idle));
+}
+
+size_t UpstreamPool::idle() const {
+  size_t n = 0;
+  for (const auto& [path, list] : idle_) n += list.size();
+  return n;
+}
+
+void UpstreamPool::drop(Idle* i) {
+  auto it = idle_.find(i->path);
+  if (it == idle_.end()) return;
+  auto& list = it->second;
+  for (size_t k = 0; k < list.size(); ++k) {
+    if (list[k].get() != i) continue;
+    loop_.remove(i->fd.get());
+    loop_.destroy_later(std::move(list[k]));
+    list.erase(list.begin() + static_cast<long>(k));
+    break;
+  }
+  if (list.empty()) idle_.erase(it);
+}
+
 namespace {
 
 bool hop_by_hop(std::string_view name) {
@@ -43,13 +101,15 @@ bool corral_header(std::string_view name) {
 class Upstream final : public core::IoHandler, public std::enable_shared_from_this<Upstream> {
  public:
   Upstream(core::EventLoop& loop, std::string path, std::string request, uint32_t timeout_ms,
-           bool head, bool upgrade = false)
+           bool head, bool upgrade = false, UpstreamPool* pool = nullptr)
       : loop_(loop),
+        pool_(upgrade ? nullptr : pool),
         upgrade_requested_(upgrade),
         path_(std::move(path)),
         timer_(loop.timers(), [this] { fail(504, "upstream response timeout"); }),
         head_request_(head) {
     out_.append(request);
+    if (pool_) request_ = request;
     llhttp_settings_init(&settings_);
     settings_.on_status = nullptr;
     settings_.on_header_field = [](llhttp_t* p, const char* at, size_t n) {
@@ -102,9 +162,13 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
     if (path_.size() >= sizeof sun.sun_path) return fail(502, "upstream socket path too long");
     sun.sun_family = AF_UNIX;
     std::memcpy(sun.sun_path, path_.c_str(), path_.size() + 1);
-    fd_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-    if (!fd_ || ::connect(fd_.get(), reinterpret_cast<sockaddr*>(&sun), sizeof sun) < 0) {
-      if (errno != EAGAIN && errno != EINPROGRESS) return fail(502, "upstream unreachable", true);
+    if (pool_) fd_ = pool_->take(path_);
+    reused_ = fd_.valid();
+    if (!fd_) {
+      fd_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+      if (!fd_ || ::connect(fd_.get(), reinterpret_cast<sockaddr*>(&sun), sizeof sun) < 0) {
+        if (errno != EAGAIN && errno != EINPROGRESS) return fail(502, "upstream unreachable", true);
+      }
     }
     interest_ = EPOLLIN | EPOLLOUT;
     if (!loop_.add(fd_.get(), interest_, this)) return fail(502, "epoll");
@@ -263,6 +327,11 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
 
   void on_complete() {
     complete_ = true;
+    // A whole response on a connection both sides keep: back to the pool for the next request.
+    if (pool_ && fd_ && llhttp_should_keep_alive(&parser_) && out_.empty()) {
+      loop_.remove(fd_.get());
+      pool_->give(path_, std::move(fd_));
+    }
     close_fd();
     if (writer_) finish_body();
   }
@@ -283,6 +352,20 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
   void fail(int status, std::string_view why, bool retryable = false) {
     close_fd();
     timer_.cancel();
+    if (retryable && !head_seen_ && responder_ && reused_ && !got_bytes_) {
+      // A pooled connection the upstream had closed: the request never reached it. Again, on a
+      // fresh connection (whatever the method).
+      reused_ = false;
+      pool_ = nullptr;
+      got_bytes_ = false;
+      out_.clear();
+      out_.append(request_);
+      llhttp_init(&parser_, HTTP_RESPONSE, &settings_);
+      parser_.data = this;
+      auto* r = responder_;
+      loop_.defer([self = shared_from_this(), r] { self->start(*r); });
+      return;
+    }
     if (retryable && !head_seen_ && responder_ && retry_before_head && retry_before_head()) {
       responder_ = nullptr;  // the next attempt answers
       return;
@@ -306,6 +389,9 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
   }
 
   core::EventLoop& loop_;
+  UpstreamPool* pool_ = nullptr;
+  bool reused_ = false;  // fd_ came from the pool
+  std::string request_;  // kept for a retry on a fresh connection
   bool upgrade_requested_ = false;
   bool switching_ = false;
   std::string path_;
@@ -512,8 +598,10 @@ std::string prepare_request(const Request& req, const ProxyOptions& options) {
   if (is_upgrade(req)) {
     // The one hop-by-hop pair that must cross: the upstream decides whether to switch.
     r.append("Upgrade: ").append(*req.header("upgrade")).append("\r\nConnection: Upgrade\r\n\r\n");
-  } else {
+  } else if (!options.pool) {
     r.append("Connection: close\r\n\r\n");
+  } else {
+    r.append("\r\n");  // HTTP/1.1: keep-alive
   }
   r.append(req.body);
   return r;
@@ -521,10 +609,10 @@ std::string prepare_request(const Request& req, const ProxyOptions& options) {
 
 std::shared_ptr<Upstream> make_upstream(core::EventLoop& loop, std::string path,
                                         std::string request, uint32_t timeout_ms, bool head,
-                                        bool upgrade) {
+                                        bool upgrade, UpstreamPool* pool = nullptr) {
   // Freed after the loop's dispatch round: an event for its socket may be queued in this batch.
   return std::shared_ptr<Upstream>(
-      new Upstream(loop, std::move(path), std::move(request), timeout_ms, head, upgrade),
+      new Upstream(loop, std::move(path), std::move(request), timeout_ms, head, upgrade, pool),
       [&loop](Upstream* u) { loop.destroy_later(std::unique_ptr<Upstream>(u)); });
 }
 
@@ -540,6 +628,7 @@ class FoundCall final : public DeferredProducer {
     bool upgrade = false;
     bool idempotent = false;
     bool retried = false;
+    UpstreamPool* pool = nullptr;
     UpstreamFinder find;
     Responder* responder = nullptr;
     std::shared_ptr<Upstream> upstream;
@@ -570,7 +659,7 @@ class FoundCall final : public DeferredProducer {
         return;
       }
       st->upstream = make_upstream(*st->loop, std::move(path), st->request, st->timeout_ms,
-                                   st->head, st->upgrade);
+                                   st->head, st->upgrade, st->pool);
       std::weak_ptr<State> weak = st;  // the upstream must not keep its owner alive
       st->upstream->retry_before_head = [weak] {
         auto s = weak.lock();
@@ -592,9 +681,9 @@ class FoundCall final : public DeferredProducer {
 
 Response proxy_to(Request& req, std::string unix_path, ProxyOptions options) {
   if (!req.loop) return Response::status_only(502);
-  auto upstream =
-      make_upstream(*req.loop, std::move(unix_path), prepare_request(req, options),
-                    options.response_timeout_ms, req.method == Method::kHead, is_upgrade(req));
+  auto upstream = make_upstream(*req.loop, std::move(unix_path), prepare_request(req, options),
+                                options.response_timeout_ms, req.method == Method::kHead,
+                                is_upgrade(req), options.pool);
   return Response::deferred(std::make_unique<ProxyCall>(std::move(upstream)));
 }
 
@@ -609,6 +698,7 @@ Response proxy_found(Request& req, UpstreamFinder find, ProxyOptions options) {
   st->idempotent =
       req.method == Method::kGet || req.method == Method::kHead || req.method == Method::kOptions;
   st->find = std::move(find);
+  st->pool = options.pool;
   return Response::deferred(std::make_unique<FoundCall>(std::move(st)));
 }
 

@@ -10,17 +10,45 @@
 #pragma once
 
 #include <functional>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/event_loop.h"
+#include "core/unique_fd.h"
 #include "http/request.h"
 #include "http/response.h"
 
 namespace corral::http {
 
+// Idle keep-alive connections to upstreams, per socket path, for one process's loop. A pooled
+// connection that the upstream closes is dropped as soon as the loop sees it; one that turns out
+// dead when reused (closed before any response byte) is retried once on a fresh connection.
+class UpstreamPool {
+ public:
+  static constexpr size_t kMaxIdlePerPath = 32;
+  explicit UpstreamPool(core::EventLoop& loop);
+  ~UpstreamPool();
+  UpstreamPool(const UpstreamPool&) = delete;
+  UpstreamPool& operator=(const UpstreamPool&) = delete;
+
+  // An idle connection to `path`, or an invalid fd.
+  core::UniqueFd take(const std::string& path);
+  void give(const std::string& path, core::UniqueFd fd);
+  size_t idle() const;
+
+ private:
+  struct Idle;
+  void drop(Idle* i);
+  core::EventLoop& loop_;
+  std::map<std::string, std::vector<std::unique_ptr<Idle>>> idle_;
+};
+
 struct ProxyOptions {
+  UpstreamPool* pool = nullptr;  // null: one connection per request (Connection: close)
   std::vector<std::pair<std::string, std::string>> add_headers;  // e.g. Corral-Remote-Address
   uint32_t response_timeout_ms = 60'000;  // until the upstream's response head
   std::string target;  // the request target the upstream sees; empty: the client's

@@ -54,6 +54,9 @@ class Proxy : public ::testing::Test {
                       {.add_headers = {{"Corral-Remote-Address", req.remote_address}},
                        .target = "/" + req.wildcard});
     });
+    fr.route("/pooled/*", [this](Request& req) {
+      return proxy_to(req, path_, {.pool = &pool_, .target = "/" + req.wildcard});
+    });
     fr.route("/down/*", [](Request& req) { return proxy_to(req, "/tmp/corral-no-such.sock"); });
     front_->publish(fr.build().value());
   }
@@ -88,6 +91,7 @@ class Proxy : public ::testing::Test {
   std::string path_;
   std::string target_;
   std::unique_ptr<Server> upstream_, front_;
+  UpstreamPool pool_{loop_};
   int port_ = 0;
 };
 
@@ -123,6 +127,31 @@ TEST_F(Proxy, PassesStatusesAndAnswers502WhenTheUpstreamIsDown) {
             std::string::npos);
   auto down = exchange("GET /down/x HTTP/1.1\r\nHost: localhost\r\n\r\n", "Bad Gateway\n");
   EXPECT_NE(down.find("HTTP/1.1 502"), std::string::npos) << down;
+}
+
+TEST_F(Proxy, APoolReusesOneUpstreamConnectionAndSurvivesItsClose) {
+  for (int i = 0; i < 5; ++i) {
+    auto got = exchange("GET /pooled/hello HTTP/1.1\r\nHost: localhost\r\n\r\n", "remote ");
+    EXPECT_NE(got.find("HTTP/1.1 200"), std::string::npos) << got;
+  }
+  EXPECT_EQ(upstream_->stats().accepted, 1u);  // five requests, one upstream connection
+  EXPECT_EQ(pool_.idle(), 1u);
+  // The upstream drops its idle connections (as a worker's keep-alive timeout would): the pool
+  // notices, or a request that finds the dead connection is sent again on a fresh one.
+  upstream_->close([] {});  // idle connections close after the server's 100 ms drain grace
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (pool_.idle() > 0 && std::chrono::steady_clock::now() < deadline) loop_.run_once(10);
+  EXPECT_EQ(pool_.idle(), 0u);
+}
+
+TEST_F(Proxy, ADeadPooledConnectionIsReplacedTransparently) {
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+  ::close(sv[1]);  // the "upstream" already closed this one
+  pool_.give(path_, core::UniqueFd(sv[0]));
+  auto got = exchange(
+      "POST /pooled/echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\nok", "\r\n\r\nok");
+  EXPECT_NE(got.find("HTTP/1.1 200"), std::string::npos) << got;
 }
 
 TEST_F(Proxy, RelaysAWebSocketUpgradeBothWays) {
