@@ -23,7 +23,8 @@ std::string demo_worker_path();
 std::optional<WorkerKind> demo_worker_kind();
 
 // Adds the demo kind to `config` when it declares no worker kinds and serves no directory, and the
-// demo program is there. Returns whether it did.
+// demo program is there. Returns whether it did. `corral serve` calls it only without --config
+// (a config file, even one without kinds, keeps its single-process, no-worker behaviour).
 bool add_demo_kind(Config& config);
 
 // The welcome page's list item for the demo (plain HTML, not a format string).

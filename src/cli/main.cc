@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "cli/config.h"
+#include "cli/demo.h"
 #include "cli/sites.h"
 #include "cli/workers_wiring.h"
 #include "control/control_site.h"
@@ -78,12 +79,14 @@ cli::ConfigErrors prepare(const Flags& flags, core::Logger& log, Prepared& out) 
     if (stat(config.root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
       errors.problems.push_back("root: '" + config.root + "' is not a directory");
   }
+  // `corral serve` with no config and no DIR: the notes demo, when its program is next to corral.
+  bool demo = flags.config_path.empty() && cli::add_demo_kind(config);
   auto policy = cli::build_policy(config, errors);
   http::SiteBuilder builder;
   auto resolver_slot = std::make_shared<cli::ResolverSlot>();
   if (!config.workers.empty()) cli::add_worker_proxy_routes(builder, config.workers, resolver_slot);
   if (config.root.empty()) {
-    cli::add_welcome_routes(builder);
+    cli::add_welcome_routes(builder, demo);
     cli::add_welcome_sockets(builder);
   } else {
     cli::add_static_routes(builder, config.root);

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/demo.h"
 #include "core/event_loop.h"
 #include "ws/socket.h"
 
@@ -25,7 +26,7 @@ or write your own routes with the C++ API (see <code>examples/</code>).</p>
 <li><a href="/stream">/stream</a>: a chunked stream, one line every 100 ms</li>
 <li><code>POST /echo</code>: echoes the request body</li>
 <li><code>ws://…/ws/echo</code>: a WebSocket that echoes every message</li>
-</ul>
+{demo}</ul>
 <p id="js">JavaScript with this response's CSP nonce did not run.</p>
 <script nonce="{nonce}">document.getElementById('js').textContent='An inline script ran under this response\'s CSP nonce.';</script>
 </body></html>
@@ -63,9 +64,10 @@ class TickStream final : public http::StreamProducer {
 
 }  // namespace
 
-void add_welcome_routes(http::SiteBuilder& site) {
-  site.route("GET /", [](http::Request& req) {
-    return http::Response::html(fmt::format(kWelcome, fmt::arg("nonce", req.csp_nonce())));
+void add_welcome_routes(http::SiteBuilder& site, bool demo) {
+  site.route("GET /", [demo](http::Request& req) {
+    return http::Response::html(fmt::format(kWelcome, fmt::arg("nonce", req.csp_nonce()),
+                                            fmt::arg("demo", demo ? demo_welcome_item() : "")));
   });
   site.route("GET /hello", [](http::Request&) { return http::Response::text("hello"); });
   site.route("GET /json", [](http::Request& req) {

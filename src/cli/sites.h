@@ -8,7 +8,8 @@
 
 namespace corral::cli {
 
-void add_welcome_routes(http::SiteBuilder& site);
+// With `demo`, the page links the notes demo (src/cli/demo.h).
+void add_welcome_routes(http::SiteBuilder& site, bool demo = false);
 // The welcome site's WebSocket echo at /ws/echo.
 void add_welcome_sockets(http::SiteBuilder& site);
 void add_static_routes(http::SiteBuilder& site, const std::string& root);

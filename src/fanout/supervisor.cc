@@ -355,6 +355,15 @@ void Supervisor::terminate() {
   }
   terminating_ = true;
   for (auto& slot : slots_) slot->respawn.cancel();
+  // Stop listening: the processes close their copies as they drain; ours would keep the sockets
+  // open (new connections queued, then reset when we exit) instead of refused.
+  auto close_set = [](const std::shared_ptr<ListenerSet>& set) {
+    if (!set) return;
+    for (auto& slot : set->slots)
+      for (auto& fd : slot) fd.reset();
+  };
+  close_set(listeners_);
+  for (auto& c : children_) close_set(c->listeners);
   log_.info("terminate", "processes={}", children_.size());
   kill_all(SIGTERM, false);
   stop_deadline_.arm_after(options_.stop_timeout_ms);

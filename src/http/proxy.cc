@@ -264,8 +264,10 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
     r.status = status;
     std::string content_type;
     for (auto& [k, v] : headers_) {
+      // The front adds its own Date, Server and default security headers.
       if (hop_by_hop(k) || iequals(k, "content-length") || iequals(k, "date") ||
-          iequals(k, "server"))
+          iequals(k, "server") || iequals(k, "x-content-type-options") ||
+          iequals(k, "referrer-policy"))
         continue;
       if (iequals(k, "content-type")) {
         content_type = v;

@@ -1,0 +1,274 @@
+// corral-notes-worker: one note per address (`note:<id>`), a worker process each, its state in a
+// SQLite file per address. `corral serve` with no arguments runs it as the demo on "/note/{id}/*"
+// (src/cli/demo.h); any config can declare it as a kind:
+//
+//   [workers.note]
+//   command = ["/path/to/corral-notes-worker"]
+//   routes = ["/note/{id}/*"]
+//
+//   GET  /      an HTML page: the note in a textarea and a save button (inline script and style
+//               under the response's CSP nonce)
+//   GET  /text  the text (text/plain)
+//   POST /text  replaces the text with the request body; answers the new revision
+//   GET  /rev   the revision (0 for a note never written)
+//
+// The file is <state dir>/notes/<address percent-encoded>.sqlite ("note%3Aa.sqlite": a key can
+// hold any byte, "/" and ".." included), the directory created 0700. Writes are kept in memory;
+// they reach SQLite every 2 s while there are unsaved ones (a timer on the worker's loop) and in a
+// closer at shutdown — before the worker releases the address's lock, so a successor worker for
+// the same address always reads the last write.
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "worker/worker.h"
+
+namespace {
+
+using namespace corral;
+
+constexpr uint64_t kFlushEveryMs = 2'000;
+
+// Every byte but the RFC 3986 unreserved ones as %XX (as the lock path does).
+std::string file_name_for(std::string_view address) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char ch : address) {
+    if (std::isalnum(ch) || ch == '-' || ch == '.' || ch == '_' || ch == '~') {
+      out += static_cast<char>(ch);
+    } else {
+      out += '%';
+      out += kHex[ch >> 4];
+      out += kHex[ch & 15];
+    }
+  }
+  return out;
+}
+
+std::string html_escape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char ch : s) {
+    switch (ch) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += ch;
+    }
+  }
+  return out;
+}
+
+// A SQLite handle and the one row of the note.
+class NoteFile {
+ public:
+  explicit NoteFile(std::string path) : path_(std::move(path)) {
+    // Created 0600 here (SQLite would use 0644 less the umask; its journal copies these bits).
+    int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) throw std::runtime_error("cannot open " + path_ + ": " + std::strerror(errno));
+    ::close(fd);
+    sqlite3* db = nullptr;
+    int rc =
+        sqlite3_open_v2(path_.c_str(), &db,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+    db_.reset(db);  // closed by the deleter even when the open failed
+    if (rc != SQLITE_OK) fail("open");
+    sqlite3_busy_timeout(db_.get(), 2'000);
+    exec(
+        "CREATE TABLE IF NOT EXISTS note ("
+        " id INTEGER PRIMARY KEY CHECK (id = 1),"
+        " text TEXT NOT NULL,"
+        " rev INTEGER NOT NULL)");
+  }
+
+  // The stored text and revision; ("", 0) when the note was never written.
+  void load(std::string& text, int64_t& rev) {
+    Statement st(*this, "SELECT text, rev FROM note WHERE id = 1");
+    int rc = sqlite3_step(st.get());
+    if (rc == SQLITE_ROW) {
+      const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(st.get(), 0));
+      text.assign(p ? p : "", static_cast<size_t>(sqlite3_column_bytes(st.get(), 0)));
+      rev = sqlite3_column_int64(st.get(), 1);
+    } else if (rc == SQLITE_DONE) {
+      text.clear();
+      rev = 0;
+    } else {
+      fail("read");
+    }
+  }
+
+  void store(std::string_view text, int64_t rev) {
+    Statement st(*this,
+                 "INSERT INTO note (id, text, rev) VALUES (1, ?1, ?2)"
+                 " ON CONFLICT (id) DO UPDATE SET text = excluded.text, rev = excluded.rev");
+    if (sqlite3_bind_text64(st.get(), 1, text.data(), text.size(), SQLITE_TRANSIENT, SQLITE_UTF8) !=
+            SQLITE_OK ||
+        sqlite3_bind_int64(st.get(), 2, rev) != SQLITE_OK || sqlite3_step(st.get()) != SQLITE_DONE)
+      fail("write");
+  }
+
+  // Closes the handle now (a failed close is reported; the deleter would only try again).
+  void close() {
+    sqlite3* db = db_.release();
+    if (db && sqlite3_close(db) != SQLITE_OK) {
+      std::string msg = sqlite3_errmsg(db);
+      sqlite3_close_v2(db);
+      throw std::runtime_error("sqlite close " + path_ + ": " + msg);
+    }
+  }
+
+ private:
+  struct Closer {
+    void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
+  };
+  class Statement {
+   public:
+    Statement(NoteFile& f, const char* sql) : f_(f) {
+      if (sqlite3_prepare_v2(f.db_.get(), sql, -1, &st_, nullptr) != SQLITE_OK) f.fail("prepare");
+    }
+    ~Statement() { sqlite3_finalize(st_); }
+    Statement(const Statement&) = delete;
+    Statement& operator=(const Statement&) = delete;
+    sqlite3_stmt* get() const { return st_; }
+
+   private:
+    NoteFile& f_;
+    sqlite3_stmt* st_ = nullptr;
+  };
+
+  void exec(const char* sql) {
+    if (sqlite3_exec(db_.get(), sql, nullptr, nullptr, nullptr) != SQLITE_OK) fail("exec");
+  }
+  [[noreturn]] void fail(const char* what) {
+    throw std::runtime_error(fmt::format("sqlite {} {}: {}", what, path_,
+                                         db_ ? sqlite3_errmsg(db_.get()) : "out of memory"));
+  }
+
+  std::string path_;
+  std::unique_ptr<sqlite3, Closer> db_;
+};
+
+struct Note {
+  std::unique_ptr<NoteFile> file;
+  std::string text;
+  int64_t rev = 0;
+  bool dirty = false;
+  core::Timer flush_timer;
+
+  void flush() {
+    if (!dirty || !file) return;
+    file->store(text, rev);
+    dirty = false;
+  }
+};
+
+constexpr std::string_view kPage = R"(<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style nonce="{nonce}">body{{font:16px/1.5 system-ui,sans-serif;max-width:42rem;margin:3rem auto;padding:0 1rem}}textarea{{width:100%;min-height:14rem;font:inherit}}#status{{color:#666;margin-left:.5em}}code{{background:#eee;padding:0 .2em}}</style>
+</head><body>
+<h1>{title}</h1>
+<p>A note served by its own worker process (address <code>{address}</code>, pid {pid}); it is
+kept in memory and written to <code>{file}</code> every 2 s while changed and when the worker
+stops.</p>
+<textarea id="text" spellcheck="false">{text}</textarea>
+<p><button id="save">Save</button><span id="status">revision {rev}</span></p>
+<script nonce="{nonce}">
+const text = document.getElementById('text'), status = document.getElementById('status');
+document.getElementById('save').addEventListener('click', async () => {{
+  status.textContent = 'saving…';
+  try {{
+    const r = await fetch('text', {{method: 'POST', body: text.value,
+                                    headers: {{'Content-Type': 'text/plain; charset=utf-8'}}}});
+    status.textContent = r.ok ? 'saved, revision ' + (await r.text()).trim()
+                              : 'not saved: ' + r.status + ' ' + (await r.text()).slice(0, 200);
+  }} catch (e) {{
+    status.textContent = 'not saved: ' + e;
+  }}
+}});
+</script>
+</body></html>
+)";
+
+}  // namespace
+
+int main() {
+  auto note = std::make_unique<Note>();
+  worker::WorkerOptions options;
+  options.redact = [](const std::exception&) {
+    return worker::PublicError{"the note's storage failed", "note_storage_failed", ""};
+  };
+  return worker::worker_main(
+      [&](worker::WorkerContext& ctx, http::SiteBuilder& site) {
+        Note& n = *note;
+        std::string dir = std::string(ctx.state_dir().empty() ? "." : ctx.state_dir()) + "/notes";
+        if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+          throw std::runtime_error("cannot create " + dir + ": " + std::strerror(errno));
+        std::string file_name = file_name_for(ctx.address()) + ".sqlite";
+        n.file = std::make_unique<NoteFile>(dir + "/" + file_name);
+        n.file->load(n.text, n.rev);
+
+        // One closer: the timer belongs to the worker's loop (gone once worker_main returns),
+        // then the last writes, then the handle.
+        ctx.on_close([&n] {
+          n.flush_timer.cancel();
+          n.flush();
+          n.file->close();
+        });
+        n.flush_timer.bind(ctx.loop().timers(), [&n, &ctx] {
+          try {
+            n.flush();
+          } catch (const std::exception& e) {
+            // Kept in memory and tried again; the closer tries once more at shutdown.
+            ctx.log().error("note_flush_failed", "error=\"{}\"", e.what());
+            n.flush_timer.arm_after(kFlushEveryMs);
+          }
+        });
+
+        std::string key(ctx.address().substr(ctx.address().find(':') + 1));
+        site.route("GET /", [&n, &ctx, key, file_name](http::Request& req) {
+          return http::Response::html(fmt::format(
+              kPage, fmt::arg("title", html_escape("note " + key)),
+              fmt::arg("address", html_escape(ctx.address())), fmt::arg("pid", ::getpid()),
+              fmt::arg("file", html_escape("notes/" + file_name)),
+              fmt::arg("text", html_escape(n.text)), fmt::arg("rev", n.rev),
+              fmt::arg("nonce", req.csp_nonce())));
+        });
+        site.route("GET /text", [&n](http::Request&) { return http::Response::text(n.text); });
+        site.route("GET /rev", [&n](http::Request&) {
+          return http::Response::text(std::to_string(n.rev) + "\n");
+        });
+        site.route("POST /text", [&n](http::Request& req) {
+          n.text.assign(req.body);
+          ++n.rev;
+          n.dirty = true;
+          if (!n.flush_timer.armed()) n.flush_timer.arm_after(kFlushEveryMs);
+          return http::Response::text(std::to_string(n.rev) + "\n");
+        });
+      },
+      std::move(options));
+}
