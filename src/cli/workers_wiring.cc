@@ -12,7 +12,8 @@ http::Response error_response(int status, const nlohmann::json& error) {
   return http::Response::json({{"error", e}}, status);
 }
 
-LinkResolver::LinkResolver(core::EventLoop& loop, core::UniqueFd fd) : link_(loop, std::move(fd)) {
+LinkResolver::LinkResolver(core::EventLoop& loop, core::UniqueFd fd)
+    : loop_(loop), link_(loop, std::move(fd)) {
   link_.on_message = [this](std::string_view message) {
     auto m = nlohmann::json::parse(message, nullptr, false);
     if (!m.is_object() || !m.contains("id")) return;
@@ -21,7 +22,9 @@ LinkResolver::LinkResolver(core::EventLoop& loop, core::UniqueFd fd) : link_(loo
     auto answer = std::move(it->second);
     pending_.erase(it);
     if (m.value("type", "") == "resolved") {
-      answer(m.value("socket", ""), std::nullopt);
+      std::string path = m.value("socket", "");
+      if (m.contains("address")) cache_[m.value("address", "")] = {path, loop_.now() + kCacheMs};
+      answer(std::move(path), std::nullopt);
     } else {
       answer({}, error_response(m.value("status", 503), m.value("error", nlohmann::json())));
     }
@@ -34,7 +37,13 @@ LinkResolver::LinkResolver(core::EventLoop& loop, core::UniqueFd fd) : link_(loo
   };
 }
 
-void LinkResolver::resolve(const std::string& address, Answer answer) {
+void LinkResolver::resolve(const std::string& address, Answer answer, bool fresh) {
+  auto c = cache_.find(address);
+  if (c != cache_.end()) {
+    if (!fresh && c->second.until_ms > loop_.now()) return answer(c->second.path, std::nullopt);
+    cache_.erase(c);
+  }
+  if (cache_.size() > 4096) cache_.clear();  // bounded: entries are cheap to get back
   if (!link_.open()) {
     answer({}, error_response(503, {{"message", "the supervisor is gone"}}));
     return;
@@ -107,7 +116,7 @@ void serve_link(core::MessageLink& link, workers::Manager** manager) {
     if (!m.is_object() || m.value("type", "") != "resolve") return;
     uint64_t id = m.value("id", uint64_t{0});
     std::string address = m.value("address", "");
-    auto reply = [alive, id](const workers::Resolution& r) {
+    auto reply = [alive, id, address](const workers::Resolution& r) {
       if (!*alive) return;
       if (r.ok()) {
         (*alive)->send(

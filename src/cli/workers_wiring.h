@@ -28,10 +28,21 @@ namespace corral::cli {
 class LinkResolver {
  public:
   using Answer = std::function<void(std::string path, std::optional<http::Response> instead)>;
+  // A resolved address is remembered this long: requests to a running worker skip the round trip
+  // to the supervisor. A connection that fails asks again (fresh), so a stale entry costs one
+  // failed connect; a state change (suspend, stop) is seen within this time.
+  static constexpr uint64_t kCacheMs = 1000;
+
   LinkResolver(core::EventLoop& loop, core::UniqueFd fd);
-  void resolve(const std::string& address, Answer answer);
+  void resolve(const std::string& address, Answer answer, bool fresh = false);
 
  private:
+  struct Cached {
+    std::string path;
+    uint64_t until_ms;
+  };
+  core::EventLoop& loop_;
+  std::map<std::string, Cached> cache_;
   core::MessageLink link_;
   uint64_t next_id_ = 1;
   std::map<uint64_t, Answer> pending_;

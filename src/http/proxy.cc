@@ -410,6 +410,10 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
   std::vector<std::pair<std::string, std::string>> headers_;
   bool head_seen_ = false;
   bool got_bytes_ = false;  // the upstream sent something (then a retry could repeat its work)
+ public:
+  bool never_sent_ = false;  // connect failed: the request did not leave
+
+ private:
   bool complete_ = false;
   Responder* responder_ = nullptr;
   StreamWriter* writer_ = nullptr;
@@ -665,7 +669,8 @@ class FoundCall final : public DeferredProducer {
       std::weak_ptr<State> weak = st;  // the upstream must not keep its owner alive
       st->upstream->retry_before_head = [weak] {
         auto s = weak.lock();
-        if (!s || s->aborted || s->retried || !s->idempotent) return false;
+        if (!s || s->aborted || s->retried) return false;
+        if (!s->idempotent && !(s->upstream && s->upstream->never_sent_)) return false;
         s->retried = true;
         s->loop->defer([s] {
           if (!s->aborted && s->responder) attempt(s);
