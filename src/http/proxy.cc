@@ -38,20 +38,25 @@ core::UniqueFd UpstreamPool::take(const std::string& path) {
   if (it == idle_.end() || it->second.empty()) return {};
   auto idle = std::move(it->second.back());
   it->second.pop_back();
-  loop_.remove(idle->fd.get());
-  core::UniqueFd fd = std::move(idle->fd);
-  loop_.destroy_later(std::move(idle));  // an event for it may be queued in this batch
+  core::UniqueFd fd = std::move(idle->fd);  // still registered: the taker modify()s it
+  loop_.destroy_later(std::move(idle));     // an event for it may be queued in this batch
   return fd;
 }
 
 void UpstreamPool::give(const std::string& path, core::UniqueFd fd) {
   auto& list = idle_[path];
-  if (list.size() >= kMaxIdlePerPath) return;  // fd closes here
+  if (list.size() >= kMaxIdlePerPath) {
+    loop_.remove(fd.get());
+    return;  // fd closes here
+  }
   auto idle = std::make_unique<Idle>();
   idle->pool = this;
   idle->path = path;
   idle->fd = std::move(fd);
-  if (!loop_.add(idle->fd.get(), EPOLLIN | EPOLLRDHUP, idle.get())) return;
+  if (!loop_.modify(idle->fd.get(), EPOLLIN | EPOLLRDHUP, idle.get())) {
+    loop_.remove(idle->fd.get());
+    return;
+  }
   list.push_back(std::move(idle));
 }
 
@@ -170,8 +175,22 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
         if (errno != EAGAIN && errno != EINPROGRESS) return fail(502, "upstream unreachable", true);
       }
     }
-    interest_ = EPOLLIN | EPOLLOUT;
-    if (!loop_.add(fd_.get(), interest_, this)) return fail(502, "epoll");
+    // Send the request at once when the socket takes it (a connected Unix socket usually does):
+    // then only EPOLLIN is ever needed.
+    while (!out_.empty()) {
+      ssize_t n = ::send(fd_.get(), out_.data(), out_.size(), MSG_NOSIGNAL);
+      if (n > 0) {
+        out_.consume(static_cast<size_t>(n));
+        continue;
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EINTR || errno == ENOTCONN)) break;
+      close_fd_unregistered();
+      return fail(502, "upstream write failed", true);
+    }
+    interest_ = out_.empty() ? static_cast<uint32_t>(EPOLLIN) : EPOLLIN | EPOLLOUT;
+    if (reused_ ? !loop_.modify(fd_.get(), interest_, this)
+                : !loop_.add(fd_.get(), interest_, this))
+      return fail(502, "epoll");
     timer_.arm_after(timeout_ms_);
   }
 
@@ -330,10 +349,8 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
   void on_complete() {
     complete_ = true;
     // A whole response on a connection both sides keep: back to the pool for the next request.
-    if (pool_ && fd_ && llhttp_should_keep_alive(&parser_) && out_.empty()) {
-      loop_.remove(fd_.get());
-      pool_->give(path_, std::move(fd_));
-    }
+    if (pool_ && fd_ && llhttp_should_keep_alive(&parser_) && out_.empty())
+      pool_->give(path_, std::move(fd_));  // stays registered: the pool modify()s it
     close_fd();
     if (writer_) finish_body();
   }
@@ -381,6 +398,12 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
       writer_ = nullptr;
       w->end();
     }
+  }
+
+  // The fd is not ours in the loop yet (a fresh socket) or the pool's registration: drop it.
+  void close_fd_unregistered() {
+    if (reused_ && fd_) loop_.remove(fd_.get());
+    fd_.reset();
   }
 
   void close_fd() {

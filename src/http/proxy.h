@@ -35,8 +35,10 @@ class UpstreamPool {
   UpstreamPool(const UpstreamPool&) = delete;
   UpstreamPool& operator=(const UpstreamPool&) = delete;
 
-  // An idle connection to `path`, or an invalid fd.
+  // An idle connection to `path`, or an invalid fd. A connection stays registered with the loop
+  // while it moves between the pool and its users (they modify() it: one epoll_ctl, not two).
   core::UniqueFd take(const std::string& path);
+  // `fd` is registered with the loop (by its user).
   void give(const std::string& path, core::UniqueFd fd);
   size_t idle() const;
 

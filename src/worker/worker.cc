@@ -455,12 +455,29 @@ class Worker {
 
   bool idle() const { return (!server_ || server_->idle()) && busy_ == 0; }
 
+  // Busy is reported at once; idle only after kIdleReportDelayMs of quiet: a worker under load
+  // is idle for microseconds between two requests, and reporting each flip would cost the
+  // supervisor two messages per request. (The manager's idle stop counts in seconds.)
+  static constexpr uint32_t kIdleReportDelayMs = 100;
+
   void update_idle() {
     if (state_ != State::kRunning) return;
-    bool now = idle();
-    if (now == reported_idle_) return;
-    reported_idle_ = now;
-    channel_.send_idle_flip(encode_idle(now));
+    if (!idle()) {
+      idle_report_.cancel();
+      if (reported_idle_) {
+        reported_idle_ = false;
+        channel_.send_idle_flip(encode_idle(false));
+      }
+      return;
+    }
+    if (!reported_idle_ && !idle_report_.armed()) {
+      idle_report_.bind(loop_.timers(), [this] {
+        if (state_ != State::kRunning || !idle() || reported_idle_) return;
+        reported_idle_ = true;
+        channel_.send_idle_flip(encode_idle(true));
+      });
+      idle_report_.arm_after(kIdleReportDelayMs);
+    }
   }
 
   // Every way out: stop accepting, let running requests finish (at most close_timeout_ms, capped
@@ -512,6 +529,7 @@ class Worker {
   State state_ = State::kWaitingStart;
   int busy_ = 0;
   bool reported_idle_ = true;
+  core::Timer idle_report_;
   int exit_status_ = kExitOk;
 };
 
