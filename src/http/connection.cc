@@ -720,8 +720,12 @@ void Connection::update_interest() {
   if (closed_) return;
   uint32_t want = 0;
   bool busy = phase_ == Phase::kResponding || phase_ == Phase::kWaitingSite;
+  // While a response is pending the connection keeps reading (what arrives waits in in_, up to
+  // a head's worth): dropping EPOLLIN and adding it back would cost two epoll_ctl per deferred,
+  // streamed or file response.
+  bool room = in_.size() < server_.options().limits.max_head_bytes + kReadSize;
   if (phase_ == Phase::kLingering ||
-      (!peer_eof_ && !busy && !close_after_write_ && out_.size() < kHighWater))
+      (!peer_eof_ && !close_after_write_ && out_.size() < kHighWater && (!busy || room)))
     want |= EPOLLIN;
   if (!peer_eof_) want |= EPOLLRDHUP;
   if (!out_.empty() || file_active_) want |= EPOLLOUT;
