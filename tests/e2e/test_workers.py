@@ -727,3 +727,23 @@ routes = ["/quit/{{id}}/*"]
     st = c.state()
     assert {a: e["status"] for a, e in st.items()} == {
         "hang:1": "failed", "nope:1": "failed", "quit:1": "failed"}, st
+
+
+def test_upgrade_to_a_worker_passes_the_origin_check_first(corral):
+    """A WebSocket upgrade for a worker's address is checked by the ws component (Origin) before
+    anything starts: a foreign Origin gets 403 and no worker is forked."""
+    c = corral("py")
+    upgrade = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+               "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+    status, _, _ = c.get("/counter/ws/", headers={**upgrade, "Origin": "http://evil.example"})
+    assert status == 403
+    assert c.starts() == 0 and c.state() == {}
+    # A bad key is refused the same way, before any fork.
+    status, _, _ = c.get("/counter/ws/", headers={**upgrade, "Sec-WebSocket-Key": "short"})
+    assert status == 400
+    assert c.starts() == 0
+    # The request's own origin passes the check and reaches the worker (which has no socket route).
+    own = f"http://127.0.0.1:{c.srv.port}"
+    status, _, _ = c.get("/counter/ws/", headers={**upgrade, "Origin": own})
+    assert status != 403
+    assert c.starts() == 1
