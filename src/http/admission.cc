@@ -1,5 +1,7 @@
 #include "http/admission.h"
 
+#include "http/text.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -48,15 +50,10 @@ bool is(char ch, uint8_t bit) {
   return kClasses.c[static_cast<uint8_t>(ch)] & bit;
 }
 
-int hex_value(char ch) {
-  if (ch >= '0' && ch <= '9') return ch - '0';
-  return (ch | 0x20) - 'a' + 10;
-}
-
 // A valid "%HH" at s[i] that does not encode NUL.
 bool valid_escape(std::string_view s, size_t i) {
   if (i + 2 >= s.size() || !is(s[i + 1], kHex) || !is(s[i + 2], kHex)) return false;
-  return hex_value(s[i + 1]) * 16 + hex_value(s[i + 2]) != 0;
+  return hex_digit_value(s[i + 1]) * 16 + hex_digit_value(s[i + 2]) != 0;
 }
 
 // "." or "..", also escaped ("%2e", ".%2E").
@@ -180,12 +177,6 @@ std::optional<IpAddress> parse_v6(std::string_view s) {
 std::optional<IpAddress> parse_bracketed_v6(std::string_view s) {
   if (s.size() < 2 || s.front() != '[' || s.back() != ']') return std::nullopt;
   return parse_v6(s.substr(1, s.size() - 2));
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
 }
 
 constexpr std::string_view kForwardingHeaders[] = {
@@ -364,7 +355,7 @@ bool parse_x_forwarded_for(const Headers& headers, const AdmissionPolicy& policy
     std::string_view v = h.value;
     while (true) {
       size_t comma = v.find(',');
-      std::string_view entry = trim(v.substr(0, comma));
+      std::string_view entry = trim_ows(v.substr(0, comma));
       if (!entry.empty()) {
         auto ip = parse_forwarded_ip(entry);
         if (!have_first) first = ip, first_valid = ip.has_value(), have_first = true;
@@ -392,7 +383,7 @@ bool client_from_relay(const Headers& headers, const AdmissionPolicy& policy, Cl
   if (headers.get("X-Forwarded-For")) {
     if (!parse_x_forwarded_for(headers, policy, out.address)) return false;
   } else if (auto real_ip = headers.get("X-Real-IP")) {
-    out.address = parse_forwarded_ip(trim(*real_ip));
+    out.address = parse_forwarded_ip(trim_ows(*real_ip));
     if (!out.address) return false;
   }
   // X-Forwarded-Proto: the rightmost value, set by the nearest relay.
@@ -403,7 +394,7 @@ bool client_from_relay(const Headers& headers, const AdmissionPolicy& policy, Cl
     std::string_view last = *proto;
     if (size_t comma = last.rfind(','); comma != std::string_view::npos)
       last = last.substr(comma + 1);
-    auto p = parse_proto(trim(last));
+    auto p = parse_proto(trim_ows(last));
     if (!p) return false;
     out.scheme = *p;
   }

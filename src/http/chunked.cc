@@ -1,24 +1,12 @@
 #include "http/chunked.h"
 
+#include "http/text.h"
+
 #include <cstring>
 
 namespace corral::http {
 
-namespace {
-
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-bool is_tchar(char c) {
-  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
-  return c != '\0' && std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 ChunkedDecoder::Result ChunkedDecoder::feed(std::string_view data, core::Buffer& body,
                                             uint64_t max_body, size_t max_trailer_bytes) {
@@ -29,7 +17,7 @@ ChunkedDecoder::Result ChunkedDecoder::feed(std::string_view data, core::Buffer&
     switch (step_) {
       case Step::kSize: {
         if (++line_bytes_ > kMaxSizeLine) return fail(400, "chunk extension too long", i);
-        int v = hex_value(c);
+        int v = hex_digit_value(c);
         if (v >= 0) {
           if (++digits_ > 16) return fail(400, "chunk size overflow (more than 16 hex digits)", i);
           size_ = (size_ << 4) | static_cast<uint64_t>(v);

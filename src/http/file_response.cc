@@ -1,5 +1,7 @@
 #include "http/file_response.h"
 
+#include "http/text.h"
+
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/random.h>
@@ -58,16 +60,6 @@ int open_beneath(int root_fd, const std::string& rel) {
     if (errno == ENOSYS) return file_detail::open_beneath_walk(root_fd, rel, kOpenFlags);
     return -errno;
   }
-}
-
-bool is_ows(char c) {
-  return c == ' ' || c == '\t';
-}
-
-std::string_view trim_ows(std::string_view s) {
-  while (!s.empty() && is_ows(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_ows(s.back())) s.remove_suffix(1);
-  return s;
 }
 
 // Whether any value of the list header `name` (#entity-tag, or "*") matches our strong `etag`.

@@ -1,21 +1,12 @@
 #include "http/parser.h"
 
+#include "http/text.h"
+
 #include <cstring>
 
 namespace corral::http {
 
 namespace {
-
-bool is_tchar(char c) {
-  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
-  return std::strchr("!#$%&'*+-.^_`|~", c) != nullptr && c != '\0';
-}
-
-std::string_view trim_ows(std::string_view v) {
-  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
-  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-  return v;
-}
 
 RequestParser* self(llhttp_t* p) {
   return static_cast<RequestParser*>(p->data);

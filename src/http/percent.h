@@ -6,6 +6,8 @@
 // and keeps its capacity.
 #pragma once
 
+#include "http/text.h"
+
 #include <string>
 #include <string_view>
 
@@ -25,13 +27,5 @@ bool percent_path_decodable(std::string_view in);
 
 // RFC 3986 pchar without the '%' of pct-encoded: unreserved / sub-delims / ':' / '@'.
 bool is_valid_path_char(char c);
-
-// The value of a hex digit (either case), or -1.
-inline int hex_digit_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
 
 }  // namespace corral::http

@@ -1,5 +1,7 @@
 #include "http/range.h"
 
+#include "http/text.h"
+
 #include <algorithm>
 #include <optional>
 
@@ -10,16 +12,6 @@ namespace corral::http {
 namespace {
 
 constexpr size_t kMaxDigits = 19;  // 10^19 - 1 < 2^64: no overflow check needed per digit
-
-bool is_ows(char c) {
-  return c == ' ' || c == '\t';
-}
-
-std::string_view trim_ows(std::string_view s) {
-  while (!s.empty() && is_ows(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_ows(s.back())) s.remove_suffix(1);
-  return s;
-}
 
 // 1*DIGIT, at most kMaxDigits of them, and nothing else.
 std::optional<uint64_t> parse_number(std::string_view s) {

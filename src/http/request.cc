@@ -1,5 +1,7 @@
 #include "http/request.h"
 
+#include "http/text.h"
+
 #include <sys/random.h>
 
 #include <cstring>
@@ -76,17 +78,9 @@ thread_local NoncePool nonce_pool;  // per thread: the pool is process state, no
 
 std::string_view Request::csp_nonce() {
   if (nonce_len_ == 0) {
-    static constexpr char kB64[] =
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    unsigned char raw[18];  // 18 bytes = 144 bits = 24 base64 characters, no padding
+    unsigned char raw[18];  // 144 bits: 24 base64 characters, no padding needed
     nonce_pool.take(raw, sizeof raw);
-    for (int i = 0; i < 6; ++i) {
-      uint32_t v = (raw[3 * i] << 16) | (raw[3 * i + 1] << 8) | raw[3 * i + 2];
-      nonce_[4 * i] = kB64[(v >> 18) & 63];
-      nonce_[4 * i + 1] = kB64[(v >> 12) & 63];
-      nonce_[4 * i + 2] = kB64[(v >> 6) & 63];
-      nonce_[4 * i + 3] = kB64[v & 63];
-    }
+    base64_encode(raw, sizeof raw, nonce_);
     nonce_len_ = 24;
   }
   return {nonce_, nonce_len_};

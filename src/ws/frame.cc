@@ -1,5 +1,8 @@
 #include "ws/frame.h"
 
+#include "http/request.h"
+#include "http/text.h"
+
 #include <zlib.h>
 
 #include <algorithm>
@@ -484,21 +487,8 @@ void FrameEncoder::encode_message_compressed(Opcode opcode, std::string_view pay
 
 namespace {
 
-bool is_tchar(char c) {
-  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
-  return std::strchr("!#$%&'*+-.^_`|~", c) != nullptr && c != '\0';
-}
-
-bool iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    char x = a[i], y = b[i];
-    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
-    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
-    if (x != y) return false;
-  }
-  return true;
-}
+using http::iequals;
+using http::is_tchar;
 
 struct Param {
   std::string_view name;

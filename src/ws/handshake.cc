@@ -1,5 +1,7 @@
 #include "ws/handshake.h"
 
+#include "http/text.h"
+
 #include <gnutls/crypto.h>
 
 #include <cstring>
@@ -11,21 +13,6 @@ namespace {
 constexpr char kGuid[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-std::string base64(const unsigned char* p, size_t n) {
-  std::string out;
-  out.reserve((n + 2) / 3 * 4);
-  for (size_t i = 0; i < n; i += 3) {
-    uint32_t v = p[i] << 16;
-    if (i + 1 < n) v |= p[i + 1] << 8;
-    if (i + 2 < n) v |= p[i + 2];
-    out += kB64[(v >> 18) & 63];
-    out += kB64[(v >> 12) & 63];
-    out += i + 1 < n ? kB64[(v >> 6) & 63] : '=';
-    out += i + 2 < n ? kB64[v & 63] : '=';
-  }
-  return out;
-}
-
 // A valid key is base64 of exactly 16 bytes: 22 characters and "==".
 bool valid_key(std::string_view k) {
   if (k.size() != 24 || k[22] != '=' || k[23] != '=') return false;
@@ -36,11 +23,7 @@ bool valid_key(std::string_view k) {
   return ((pos - kB64) & 0x0f) == 0;
 }
 
-std::string_view trim(std::string_view v) {
-  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
-  return v;
-}
+using http::trim_ows;
 
 // Whether the comma-separated header values of `name` contain `token` (case-insensitive).
 bool has_token(const http::Request& req, std::string_view name, std::string_view token) {
@@ -49,7 +32,7 @@ bool has_token(const http::Request& req, std::string_view name, std::string_view
     std::string_view v = h.value;
     while (!v.empty()) {
       auto comma = v.find(',');
-      if (http::iequals(trim(v.substr(0, comma)), token)) return true;
+      if (http::iequals(trim_ows(v.substr(0, comma)), token)) return true;
       if (comma == std::string_view::npos) break;
       v.remove_prefix(comma + 1);
     }
@@ -70,7 +53,8 @@ std::string accept_key(std::string_view key) {
   input += kGuid;
   unsigned char digest[20];
   gnutls_hash_fast(GNUTLS_DIG_SHA1, input.data(), input.size(), digest);
-  return base64(digest, sizeof digest);
+  char out[28];
+  return std::string(out, http::base64_encode(digest, sizeof digest, out));
 }
 
 Handshake check_handshake(const http::Request& req, const HandshakeOptions& options) {
@@ -92,7 +76,7 @@ Handshake check_handshake(const http::Request& req, const HandshakeOptions& opti
     return h;
   }
   auto key = req.header("sec-websocket-key");
-  if (!key || req.headers.count("sec-websocket-key") != 1 || !valid_key(trim(*key))) {
+  if (!key || req.headers.count("sec-websocket-key") != 1 || !valid_key(trim_ows(*key))) {
     h.status = 400;
     h.reason = "invalid Sec-WebSocket-Key";
     return h;
@@ -104,7 +88,7 @@ Handshake check_handshake(const http::Request& req, const HandshakeOptions& opti
       h.reason = "several Origin headers";
       return h;
     }
-    std::string o = lower(trim(*origin));
+    std::string o = lower(trim_ows(*origin));
     std::string own = std::string(req.scheme) + "://" + lower(req.host);
     bool ok = !req.host.empty() && o == own;
     for (const auto& a : options.allowed_origins) ok = ok || o == lower(a);
@@ -129,7 +113,7 @@ Handshake check_handshake(const http::Request& req, const HandshakeOptions& opti
     }
     if (!offers.empty()) h.deflate = negotiate_deflate(offers, h.extensions);
   }
-  h.accept = accept_key(trim(*key));
+  h.accept = accept_key(trim_ows(*key));
   return h;
 }
 
