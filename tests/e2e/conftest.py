@@ -6,7 +6,6 @@ Every process is stopped (SIGTERM, then SIGKILL) when the test ends.
 """
 import os
 import re
-import select
 import signal
 import socket
 import subprocess
@@ -25,6 +24,7 @@ class Server:
         self.host = host
         self.port = port
         self.log_path = log_path
+        self.clients = []  # sockets from connect(), closed by stop()
 
     @property
     def url(self):
@@ -47,6 +47,7 @@ class Server:
     def connect(self, timeout=5.0):
         s = socket.create_connection((self.host, self.port), timeout=timeout)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.clients.append(s)
         return s
 
     def signal(self, sig):
@@ -56,6 +57,10 @@ class Server:
         return self.proc.wait(timeout=timeout)
 
     def stop(self):
+        # A failed assertion keeps its frame (and socket) alive, and a half-sent request would hold
+        # a graceful shutdown for close_ms: close the test's client sockets first.
+        for s in self.clients:
+            s.close()
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:

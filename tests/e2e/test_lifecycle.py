@@ -10,26 +10,9 @@ import time
 import pytest
 import requests
 
-from conftest import Server, CORRAL_BIN, CORRAL_TESTSITE, read_response
+from conftest import CORRAL_BIN, CORRAL_TESTSITE, read_response
 
 
-@pytest.fixture(autouse=True)
-def _close_client_sockets(server_factory, monkeypatch):
-    """Closes every socket a test opened with Server.connect() before the servers are stopped:
-    a failed assertion keeps its frame (and socket) alive, and a half-sent request would hold a
-    graceful shutdown for close_ms."""
-    opened = []
-    connect = Server.connect
-
-    def tracking_connect(self, timeout=5.0):
-        s = connect(self, timeout)
-        opened.append(s)
-        return s
-
-    monkeypatch.setattr(Server, "connect", tracking_connect)
-    yield
-    for s in opened:
-        s.close()
 
 EX_CONFIG = 78
 
