@@ -3,72 +3,19 @@
 // 405. Starts the test site on a free port and stops it at the end.
 //
 // Run: cd tests/node && npm ci && CORRAL_TESTSITE=../../build/debug/corral_testsite node --test clients.test.mjs
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
-import path from 'node:path';
 import { Readable } from 'node:stream';
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { fileURLToPath } from 'node:url';
 
 import { Client, Pool, request } from 'undici';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const binary = process.env.CORRAL_TESTSITE
-  ? path.resolve(process.env.CORRAL_TESTSITE)
-  : path.resolve(here, '../../build/debug/corral_testsite');
+import { useTestSite } from './testsite.mjs';
 
-let server;
-let origin;
-let log = '';
-
-function startServer() {
-  return new Promise((resolve, reject) => {
-    const proc = spawn(binary, ['--listen', '127.0.0.1:0'], { stdio: ['ignore', 'pipe', 'pipe'] });
-    const timer = setTimeout(() => {
-      proc.kill('SIGKILL');
-      reject(new Error(`server did not start:\n${log}`));
-    }, 10_000);
-    const onData = (chunk) => {
-      log += chunk.toString();
-      const m = /listening address=([\d.]+):(\d+)/.exec(log);
-      if (m && !origin) {
-        clearTimeout(timer);
-        origin = `http://${m[1]}:${m[2]}`;
-        resolve(proc);
-      }
-    };
-    proc.stdout.on('data', onData);
-    proc.stderr.on('data', onData);
-    proc.on('error', (err) => {
-      clearTimeout(timer);
-      reject(err);
-    });
-    proc.on('exit', (code) => {
-      if (!origin) {
-        clearTimeout(timer);
-        reject(new Error(`server exited with ${code}:\n${log}`));
-      }
-    });
-  });
-}
-
-before(async () => {
-  server = await startServer();
-});
-
-after(async () => {
-  if (!server || server.exitCode !== null) return;
-  const exited = once(server, 'exit');
-  server.kill('SIGTERM');
-  const killer = setTimeout(() => server.kill('SIGKILL'), 10_000);
-  const [code] = await exited;
-  clearTimeout(killer);
-  assert.equal(code, 0, `server exit status ${code}:\n${log}`);
-});
+const site = useTestSite();
+const origin = () => `http://${site.host}:${site.port}`;
 
 test('request GET /hello', async () => {
-  const res = await request(`${origin}/hello`);
+  const res = await request(`${origin()}/hello`);
   assert.equal(res.statusCode, 200);
   assert.equal(await res.body.text(), 'hello');
   assert.equal(res.headers.server, 'corral');
@@ -77,7 +24,7 @@ test('request GET /hello', async () => {
 });
 
 test('request GET /json parses', async () => {
-  const res = await request(`${origin}/json`);
+  const res = await request(`${origin()}/json`);
   assert.equal(res.statusCode, 200);
   const doc = await res.body.json();
   assert.equal(doc.server, 'corral');
@@ -85,7 +32,7 @@ test('request GET /json parses', async () => {
 });
 
 test('pipelining: 100 requests on one connection, 10 in flight, answered in order', async () => {
-  const pool = new Pool(origin, { connections: 1, pipelining: 10 });
+  const pool = new Pool(origin(), { connections: 1, pipelining: 10 });
   let connects = 0;
   pool.on('connect', () => ++connects);
   let maxRunning = 0;
@@ -111,7 +58,7 @@ test('pipelining: 100 requests on one connection, 10 in flight, answered in orde
 test('POST /upload with a stream body (chunked)', async () => {
   const chunks = Array.from({ length: 64 }, (_, i) => Buffer.alloc(1000 + i, 'u'));
   const expected = chunks.reduce((n, c) => n + c.length, 0);
-  const res = await request(`${origin}/upload`, {
+  const res = await request(`${origin()}/upload`, {
     method: 'POST',
     body: Readable.from(chunks),
   });
@@ -120,7 +67,7 @@ test('POST /upload with a stream body (chunked)', async () => {
 });
 
 test('POST /echo with a stream body returns it', async () => {
-  const res = await request(`${origin}/echo`, {
+  const res = await request(`${origin()}/echo`, {
     method: 'POST',
     headers: { 'content-type': 'text/plain' },
     body: Readable.from(['ab', 'cd', 'ef']),
@@ -131,7 +78,7 @@ test('POST /echo with a stream body returns it', async () => {
 });
 
 test('keep-alive: sequential requests reuse one connection', async () => {
-  const client = new Client(origin);
+  const client = new Client(origin());
   let connects = 0;
   client.on('connect', () => ++connects);
   try {
@@ -147,14 +94,14 @@ test('keep-alive: sequential requests reuse one connection', async () => {
 });
 
 test('HEAD /hello: length, no body', async () => {
-  const res = await request(`${origin}/hello`, { method: 'HEAD' });
+  const res = await request(`${origin()}/hello`, { method: 'HEAD' });
   assert.equal(res.statusCode, 200);
   assert.equal(res.headers['content-length'], '5');
   assert.equal(await res.body.text(), '');
 });
 
 test('405 with Allow', async () => {
-  const res = await request(`${origin}/hello`, { method: 'POST', body: 'x' });
+  const res = await request(`${origin()}/hello`, { method: 'POST', body: 'x' });
   assert.equal(res.statusCode, 405);
   const allow = res.headers.allow.split(',').map((m) => m.trim());
   assert.ok(allow.includes('GET') && allow.includes('HEAD'), res.headers.allow);
@@ -162,7 +109,7 @@ test('405 with Allow', async () => {
 });
 
 test('chunked response stream arrives in ticks', async () => {
-  const res = await request(`${origin}/stream`);
+  const res = await request(`${origin()}/stream`);
   assert.equal(res.statusCode, 200);
   assert.equal(res.headers['transfer-encoding'], 'chunked');
   const text = await res.body.text();

@@ -5,71 +5,17 @@
 // client. Starts the test site on a free port and stops it at the end (SIGTERM: exit status 0).
 //
 // Run: cd tests/node && npm ci && CORRAL_TESTSITE=../../build/debug/corral_testsite node --test ws.test.mjs
-import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { randomBytes } from 'node:crypto';
-import path from 'node:path';
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { fileURLToPath } from 'node:url';
 
 import WebSocket from 'ws';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const binary = process.env.CORRAL_TESTSITE
-  ? path.resolve(process.env.CORRAL_TESTSITE)
-  : path.resolve(here, '../../build/debug/corral_testsite');
+import { useTestSite } from './testsite.mjs';
 
-let server;
-let base; // ws://127.0.0.1:PORT
-let port;
-let log = '';
-
-function startServer() {
-  return new Promise((resolve, reject) => {
-    const proc = spawn(binary, ['--listen', '127.0.0.1:0'], { stdio: ['ignore', 'pipe', 'pipe'] });
-    const timer = setTimeout(() => {
-      proc.kill('SIGKILL');
-      reject(new Error(`server did not start:\n${log}`));
-    }, 10_000);
-    const onData = (chunk) => {
-      log += chunk.toString();
-      const m = /listening address=([\d.]+):(\d+)/.exec(log);
-      if (m && !base) {
-        clearTimeout(timer);
-        port = Number(m[2]);
-        base = `ws://${m[1]}:${m[2]}`;
-        resolve(proc);
-      }
-    };
-    proc.stdout.on('data', onData);
-    proc.stderr.on('data', onData);
-    proc.on('error', (err) => {
-      clearTimeout(timer);
-      reject(err);
-    });
-    proc.on('exit', (code) => {
-      if (!base) {
-        clearTimeout(timer);
-        reject(new Error(`server exited with ${code}:\n${log}`));
-      }
-    });
-  });
-}
-
-before(async () => {
-  server = await startServer();
-});
-
-after(async () => {
-  if (!server || server.exitCode !== null) return;
-  const exited = once(server, 'exit');
-  server.kill('SIGTERM');
-  const killer = setTimeout(() => server.kill('SIGKILL'), 10_000);
-  const [code] = await exited;
-  clearTimeout(killer);
-  assert.equal(code, 0, `server exit status ${code}:\n${log}`);
-});
+const site = useTestSite();
+const base = () => `ws://${site.host}:${site.port}`; // ws://127.0.0.1:PORT
 
 // Bounds every wait: a hung socket fails the test with a message instead of hanging the run.
 function within(promise, ms, what) {
@@ -81,7 +27,7 @@ function within(promise, ms, what) {
 }
 
 async function open(pathname = '/ws/echo', protocols = undefined, options = {}) {
-  const ws = new WebSocket(`${base}${pathname}`, protocols, options);
+  const ws = new WebSocket(`${base()}${pathname}`, protocols, options);
   await within(once(ws, 'open'), 10_000, `open ${pathname}`);
   return ws;
 }
@@ -236,7 +182,7 @@ test('subprotocols, origin and refusals', async () => {
   assert.equal(ws.protocol, 'echo.v2'); // the route's preference
   ws.close();
   await closed(ws);
-  ws = await open('/ws/echo', undefined, { origin: `http://127.0.0.1:${port}` });
+  ws = await open('/ws/echo', undefined, { origin: `http://127.0.0.1:${site.port}` });
   ws.close();
   await closed(ws);
   ws = await open('/ws/echo', undefined, { origin: 'http://allowed.example' });
@@ -251,18 +197,18 @@ test('subprotocols, origin and refusals', async () => {
     bad.terminate();
     return res;
   };
-  let res = await refused(`${base}/ws/echo`, { origin: 'http://evil.example' });
+  let res = await refused(`${base()}/ws/echo`, { origin: 'http://evil.example' });
   assert.equal(res.statusCode, 403);
-  res = await refused(`${base}/ws/echo`, { protocolVersion: 8 });
+  res = await refused(`${base()}/ws/echo`, { protocolVersion: 8 });
   assert.equal(res.statusCode, 426);
   assert.equal(res.headers['sec-websocket-version'], '13');
 });
 
 test('who: the principal reaches the socket', async () => {
-  let ws = new WebSocket(`${base}/ws/who`);
+  let ws = new WebSocket(`${base()}/ws/who`);
   assert.equal((await nextMessage(ws)).data.toString(), 'anonymous');
   ws.close();
-  ws = new WebSocket(`${base}/ws/who`, { headers: { Authorization: 'Bearer t' } });
+  ws = new WebSocket(`${base()}/ws/who`, { headers: { Authorization: 'Bearer t' } });
   assert.equal((await nextMessage(ws)).data.toString(), 'tester');
   ws.close();
   await closed(ws);
