@@ -307,7 +307,8 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--listen", flags.listen, "Address to listen on (default 127.0.0.1:8080)");
   serve_cmd->add_option("--config", flags.config_path, "TOML configuration file");
   serve_cmd->add_option("--processes", flags.processes,
-                        "Server processes: 1 (default) runs one without a supervisor, 0 one per "
+                        "Server processes: 1 (default) runs one, without a supervisor unless workers "
+                        "are configured (the default demo is a worker kind), 0 one per "
                         "CPU, N (at most 64) N under a supervisor");
   serve_cmd->add_flag("--pin", flags.pin, "Pin process i to the i-th CPU this process may use");
   serve_cmd->add_option("--log-level", flags.log_level, "debug, info, warn or error");
@@ -334,7 +335,7 @@ int main(int argc, char** argv) {
     if (!dir) return print_problems({{dir.error().reason}}, "state-dir");
     auto fd = core::connect_unix(dir.value() + "/control.sock");
     if (!fd) {
-      std::cerr << "corral: " << fd.error().reason << " (is corral serve --processes N running?)\n";
+      std::cerr << "corral: " << fd.error().reason << " (is a supervisor running: --processes N, or workers?)\n";
       return 1;
     }
     std::string req;
