@@ -33,6 +33,7 @@
 
 #include <fmt/format.h>
 
+#include "http/percent.h"
 #include "worker/worker.h"
 
 namespace {
@@ -43,18 +44,7 @@ constexpr uint64_t kFlushEveryMs = 2'000;
 
 // Every byte but the RFC 3986 unreserved ones as %XX (as the lock path does).
 std::string file_name_for(std::string_view address) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char ch : address) {
-    if (std::isalnum(ch) || ch == '-' || ch == '.' || ch == '_' || ch == '~') {
-      out += static_cast<char>(ch);
-    } else {
-      out += '%';
-      out += kHex[ch >> 4];
-      out += kHex[ch & 15];
-    }
-  }
-  return out;
+  return http::percent_encode_name(address);
 }
 
 std::string html_escape(std::string_view s) {

@@ -23,6 +23,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "http/percent.h"
 #include "worker/worker.h"
 
 namespace {
@@ -55,18 +56,7 @@ void save(const Counter& c) {
 
 // Every byte but the RFC 3986 unreserved ones as %XX: a safe file name for any address.
 std::string file_name_for(std::string_view address) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char ch : address) {
-    if (std::isalnum(ch) || ch == '-' || ch == '.' || ch == '_' || ch == '~') {
-      out += static_cast<char>(ch);
-    } else {
-      out += '%';
-      out += kHex[ch >> 4];
-      out += kHex[ch & 15];
-    }
-  }
-  return out;
+  return http::percent_encode_name(address);
 }
 
 uint64_t query_ms(std::string_view query) {

@@ -17,6 +17,7 @@
 #include "control/worker_routes.h"
 #include "fanout/cpus.h"
 #include "fanout/supervisor.h"
+#include "http/percent.h"
 #include "http/runner.h"
 
 namespace {
@@ -306,10 +307,11 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("DIR", flags.root, "Directory to serve");
   serve_cmd->add_option("--listen", flags.listen, "Address to listen on (default 127.0.0.1:8080)");
   serve_cmd->add_option("--config", flags.config_path, "TOML configuration file");
-  serve_cmd->add_option("--processes", flags.processes,
-                        "Server processes: 1 (default) runs one, without a supervisor unless workers "
-                        "are configured (the default demo is a worker kind), 0 one per "
-                        "CPU, N (at most 64) N under a supervisor");
+  serve_cmd->add_option(
+      "--processes", flags.processes,
+      "Server processes: 1 (default) runs one, without a supervisor unless workers "
+      "are configured (the default demo is a worker kind), 0 one per "
+      "CPU, N (at most 64) N under a supervisor");
   serve_cmd->add_flag("--pin", flags.pin, "Pin process i to the i-th CPU this process may use");
   serve_cmd->add_option("--log-level", flags.log_level, "debug, info, warn or error");
   serve_cmd->add_option("--state-dir", flags.state_dir,
@@ -335,7 +337,8 @@ int main(int argc, char** argv) {
     if (!dir) return print_problems({{dir.error().reason}}, "state-dir");
     auto fd = core::connect_unix(dir.value() + "/control.sock");
     if (!fd) {
-      std::cerr << "corral: " << fd.error().reason << " (is a supervisor running: --processes N, or workers?)\n";
+      std::cerr << "corral: " << fd.error().reason
+                << " (is a supervisor running: --processes N, or workers?)\n";
       return 1;
     }
     std::string req;
@@ -346,16 +349,7 @@ int main(int argc, char** argv) {
         std::cerr << "corral: ctl " << ctl_what << " needs an ADDRESS (e.g. doc:42)\n";
         return 2;
       }
-      std::string encoded;  // the address as one path segment: all but unreserved and ':' escaped
-      for (unsigned char c : ctl_address) {
-        if (isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~' || c == ':') {
-          encoded += static_cast<char>(c);
-        } else {
-          char hex[4];
-          snprintf(hex, sizeof hex, "%%%02X", c);
-          encoded += hex;
-        }
-      }
+      std::string encoded = http::percent_encode_name(ctl_address);  // one path segment
       req = "POST /workers/" + encoded + "/" + ctl_what +
             " HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
     }

@@ -28,4 +28,8 @@ bool percent_path_decodable(std::string_view in);
 // RFC 3986 pchar without the '%' of pct-encoded: unreserved / sub-delims / ':' / '@'.
 bool is_valid_path_char(char c);
 
+// Percent-encodes every byte but [A-Za-z0-9._-]: a safe file name or path segment for any string
+// (worker addresses: "doc:42" -> "doc%3A42"). Never "", "." or "..": those get a leading "%".
+std::string percent_encode_name(std::string_view s);
+
 }  // namespace corral::http

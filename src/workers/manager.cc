@@ -75,20 +75,7 @@ std::string exit_text(const siginfo_t& info) {
 }  // namespace
 
 std::string encode_address(std::string_view address) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : address) {
-    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
-        c == '_' || c == '-') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  if (out.empty() || out[0] == '.') out.insert(0, "%");  // never "", "." or ".." as a file name
-  return out;
+  return http::percent_encode_name(address);
 }
 
 struct Manager::Kind {
