@@ -5,9 +5,10 @@ set -euo pipefail
 
 build=(cmake ninja-build g++ pkg-config node-llhttp nlohmann-json3-dev libtomlplusplus-dev
        libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libsqlite3-dev
-       libgnutls28-dev zlib1g-dev)
-test=(clang libclang-rt-14-dev curl python3 python3-pytest python3-requests python3-websockets)
-bench=(wrk nginx-light strace)
+       libgnutls28-dev zlib1g-dev libngtcp2-dev libngtcp2-crypto-gnutls-dev libnghttp3-dev
+       libbpf-dev clang)
+test=(libclang-rt-14-dev ngtcp2-client chromium curl python3 python3-pytest python3-requests python3-websockets)
+bench=(wrk nginx-light strace ngtcp2-server)
 
 want=("${build[@]}")
 case "${1:-build}" in

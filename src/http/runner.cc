@@ -30,6 +30,8 @@ int run_server(core::Logger& log, const RunOptions& options, std::shared_ptr<con
     }
     bound.push_back(local.value());
   }
+  RunOptions::Companion companion;
+  if (options.on_server) companion = options.on_server(server);
   if (options.on_listening) options.on_listening(server, bound);
   server.publish(std::move(site));
 
@@ -40,7 +42,13 @@ int run_server(core::Logger& log, const RunOptions& options, std::shared_ptr<con
       return;
     }
     log.info("shutdown", "signal={} connections={}", si.ssi_signo, server.stats().active);
-    server.close([&] { loop.stop(); });
+    int pending = companion.close ? 2 : 1;
+    auto one_done = [&loop, pending]() mutable {
+      if (--pending == 0) loop.stop();
+    };
+    auto shared_done = std::make_shared<std::function<void()>>(one_done);
+    server.close([shared_done] { (*shared_done)(); });
+    if (companion.close) companion.close([shared_done] { (*shared_done)(); });
   };
   (void)loop.on_signal(SIGTERM, shutdown);
   (void)loop.on_signal(SIGINT, shutdown);
@@ -60,6 +68,7 @@ int run_server(core::Logger& log, const RunOptions& options, std::shared_ptr<con
   loop.run();
   log.info("stopped", "requests={}", server.stats().requests);
   log.flush();
+  companion = {};
   services.reset();
   return 0;
 }

@@ -24,6 +24,14 @@ struct RunOptions {
   // Once the loop exists, before listening: per-process services (what it returns is destroyed
   // before the loop).
   std::function<std::shared_ptr<void>(core::EventLoop&)> on_loop;
+  // Once the Server exists, before it publishes: services that serve the same site next to it
+  // (HTTP/3). What it returns is destroyed before the Server. `close` is called on SIGTERM/SIGINT
+  // with the Server's close; the loop stops when both have called their `done`.
+  struct Companion {
+    std::shared_ptr<void> keep;
+    std::function<void(std::function<void()> done)> close;
+  };
+  std::function<Companion(Server&)> on_server;
   // SIGHUP: return a new policy to apply (or null to keep the current one).
   std::function<std::shared_ptr<const AdmissionPolicy>()> on_reload;
 };
