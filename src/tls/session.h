@@ -1,0 +1,93 @@
+// TLS over a non-blocking TCP socket, server side (GnuTLS).
+//
+// ServerConfig is what every connection of a process shares: the credentials (certificate chain
+// and key), the session-ticket key (the same in every process, so a ticket from one resumes on
+// another), the priority string (TLS 1.3 and 1.2, AEAD ciphers only, ECDHE) and ALPN "http/1.1".
+// It is built in the supervisor before the fork and is read-only afterwards.
+//
+// Session is one connection's TLS state over a socket it does not own. handshake(), read() and
+// send() never block; read() and send() keep the ::read()/::send() conventions (bytes, 0 at the
+// end, -1 with errno EAGAIN/EINTR or another errno on failure), so callers keep one code path.
+// GnuTLS rules the callers must keep:
+//  * a send() that failed with EAGAIN must be called again with the same bytes at the front (the
+//    record is already encrypted; GnuTLS returns the size of the first call);
+//  * after read(), pending() decrypted bytes may sit inside GnuTLS where epoll cannot see them:
+//    read until pending() is 0 before waiting for EPOLLIN again.
+// Lifetime: owned by the connection; destroyed before (or with) the socket; one thread.
+#pragma once
+
+#include <gnutls/gnutls.h>
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "core/result.h"
+#include "tls/credentials.h"
+#include "tls/session_ptr.h"
+
+namespace corral::tls {
+
+// Protocol versions and ciphers both TLS 1.3 and TLS 1.2 clients get: AEAD only, forward secret.
+inline constexpr const char* kDefaultPriority =
+    "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:"
+    "+CHACHA20-POLY1305:-MAC-ALL:+AEAD:-KX-ALL:+ECDHE-ECDSA:+ECDHE-RSA:%SERVER_PRECEDENCE";
+
+class ServerConfig {
+ public:
+  // The shared_ptrs: the credentials and the ticket key outlive a reload generation's config and
+  // are shared with HTTP/3's contexts in the same process.
+  static core::Result<std::shared_ptr<const ServerConfig>> create(
+      std::shared_ptr<Credentials> credentials, std::shared_ptr<TicketKey> ticket_key,
+      const char* priority = kDefaultPriority);
+  ~ServerConfig();
+  ServerConfig(const ServerConfig&) = delete;
+  ServerConfig& operator=(const ServerConfig&) = delete;
+
+  const Credentials& credentials() const { return *credentials_; }
+  const TicketKey* ticket_key() const { return ticket_key_.get(); }
+  gnutls_priority_t priority() const { return priority_; }
+
+ private:
+  ServerConfig() = default;
+  std::shared_ptr<Credentials> credentials_;
+  std::shared_ptr<TicketKey> ticket_key_;
+  gnutls_priority_t priority_ = nullptr;
+};
+
+class Session {
+ public:
+  // A server session over `fd` (non-blocking, not owned). Allocates; nothing is sent yet.
+  static core::Result<SessionPtr> accept(const ServerConfig& config, int fd);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  enum class Step { kDone, kWantRead, kWantWrite, kFailed };
+  // Drives the handshake; kWantRead/kWantWrite: call again when the socket is readable/writable.
+  Step handshake();
+  // Why the handshake or the last read/send failed (GnuTLS's reason).
+  const std::string& error() const { return error_; }
+
+  ssize_t read(void* buf, size_t n);
+  ssize_t send(const void* buf, size_t n);
+  size_t pending() const { return gnutls_record_check_pending(session_); }
+  // The last EAGAIN was waiting to write (GnuTLS's record direction), not to read.
+  bool wants_write() const { return gnutls_record_get_direction(session_) == 1; }
+  // close_notify, best effort: one non-blocking attempt.
+  void bye();
+
+  std::string_view alpn() const;  // the negotiated protocol, empty if none
+  bool resumed() const { return gnutls_session_is_resumed(session_) != 0; }
+  std::string version() const;  // "TLS1.3"
+  gnutls_session_t get() const { return session_; }
+
+ private:
+  Session() = default;
+  ssize_t fail(int rc);
+  gnutls_session_t session_ = nullptr;
+  std::string error_;
+};
+
+}  // namespace corral::tls
