@@ -23,7 +23,8 @@ bool cid_is_ours(const uint8_t* cid, size_t len, uint32_t tag) {
 }
 
 uint32_t initial_hash(const uint8_t dcid8[8], uint32_t seed) {
-  // FNV-1a (32-bit) over the seed's 4 bytes then the 8 DCID bytes; the BPF twin unrolls the same.
+  // FNV-1a (32-bit) over the seed's 4 bytes (big-endian) then the 8 DCID bytes, then fmix32; the
+  // BPF twin unrolls the same.
   uint32_t h = 2166136261u;
   for (int i = 0; i < 4; ++i) {
     h ^= (seed >> (24 - 8 * i)) & 0xff;
@@ -33,6 +34,14 @@ uint32_t initial_hash(const uint8_t dcid8[8], uint32_t seed) {
     h ^= dcid8[i];
     h *= 16777619u;
   }
+  // FNV-1a's low k bits depend only on the low k bits of each input byte, and `% slots` with a
+  // power-of-two slot count keeps exactly those: DCIDs that differ only in their high bits would
+  // all land on one process. A final mix (murmur3's fmix32) brings the well-mixed high bits down.
+  h ^= h >> 16;
+  h *= 0x85ebca6bu;
+  h ^= h >> 13;
+  h *= 0xc2b2ae35u;
+  h ^= h >> 16;
   return h;
 }
 

@@ -10,8 +10,9 @@
 //   bytes 6..17  random
 // A packet carrying one of our CIDs belongs to its slot byte. A long-header packet with any other
 // DCID (a client's first Initial, >= 8 bytes by RFC 9000) belongs to initial_hash(first 8 bytes)
-// % slots, keyed with a secret seed so clients cannot aim Initials at one process. Anything else
-// has no owner (the kernel's 4-tuple hash picks; userspace handles it locally).
+// % slots (FNV-1a, then a final mix), keyed with a secret seed so clients cannot aim Initials at
+// one process. Anything else has no owner (the kernel's 4-tuple hash picks; userspace handles it
+// locally).
 #pragma once
 
 #include <cstddef>
@@ -32,7 +33,9 @@ struct SteeringKey {
 void make_cid(uint8_t out[kCidLength], uint32_t slot, uint32_t tag);
 // Whether `cid` is one of ours (length and tag), and its slot.
 bool cid_is_ours(const uint8_t* cid, size_t len, uint32_t tag);
-inline uint32_t cid_slot(const uint8_t* cid) { return cid[1]; }
+inline uint32_t cid_slot(const uint8_t* cid) {
+  return cid[1];
+}
 // The keyed hash of a client-chosen DCID's first 8 bytes (the BPF program computes the same).
 uint32_t initial_hash(const uint8_t dcid8[8], uint32_t seed);
 
