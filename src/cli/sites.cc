@@ -1,6 +1,7 @@
 #include "cli/sites.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -62,7 +63,19 @@ class TickStream final : public http::StreamProducer {
   int n_ = 0;
 };
 
+std::string process_label = "slot=0";  // this process's value, set after the fork
+
 }  // namespace
+
+void set_process_slot(int slot) {
+  process_label = fmt::format("slot={} pid={}", slot, ::getpid());
+}
+
+void add_process_header(http::SiteBuilder& site) {
+  http::Wrap w;
+  w.after = [](http::Request&, http::Response& r) { r.header("Corral-Process", process_label); };
+  site.wrap("/*", std::move(w));
+}
 
 void add_welcome_routes(http::SiteBuilder& site, bool demo) {
   site.route("GET /", [demo](http::Request& req) {

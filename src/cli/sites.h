@@ -14,4 +14,10 @@ void add_welcome_routes(http::SiteBuilder& site, bool demo = false);
 void add_welcome_sockets(http::SiteBuilder& site);
 void add_static_routes(http::SiteBuilder& site, const std::string& root);
 
+// `Corral-Process: slot=S pid=P` on every response (config `server.process_header`): which server
+// process answered, for tests and debugging of the fan-out. The slot is set by each process after
+// the fork (set_process_slot); the site itself is built once, before.
+void add_process_header(http::SiteBuilder& site);
+void set_process_slot(int slot);
+
 }  // namespace corral::cli
