@@ -10,6 +10,7 @@
 
 #include "http/server.h"
 #include "http/site.h"
+#include "tls/session.h"
 
 namespace corral::http {
 
@@ -25,6 +26,8 @@ constexpr size_t kMaxLeadingEmptyLines = 4;
 constexpr size_t kBigBody = 64 * 1024;
 // How long an idle keep-alive connection is kept once the server drains (see begin_close()).
 constexpr uint32_t kDrainGraceMs = 100;
+// A file under TLS is read into the output buffer this much at a time (4 records).
+constexpr size_t kTlsFileChunk = 64 * 1024;
 
 bool header_safe(std::string_view s) {
   for (char c : s)
@@ -46,10 +49,13 @@ void append_hex(core::Buffer& b, uint64_t v) {
 
 }  // namespace
 
-Connection::Connection(Server& server, core::UniqueFd fd, const core::SocketAddress& peer)
+Connection::Connection(Server& server, core::UniqueFd fd, const core::SocketAddress& peer,
+                       tls::SessionPtr tls)
     : server_(server),
       loop_(server.loop()),
       fd_(std::move(fd)),
+      tls_(std::move(tls)),
+      handshaking_(tls_ != nullptr),
       peer_(peer),
       peer_info_(Peer::from(peer)),
       peer_ip_(peer_info_.text()),
@@ -105,8 +111,47 @@ void Connection::on_read_timer() {
   }
 }
 
+ssize_t Connection::io_read(char* buf, size_t n) {
+  return tls_ ? tls_->read(buf, n) : ::read(fd_.get(), buf, n);
+}
+
+ssize_t Connection::io_send(const char* buf, size_t n) {
+  return tls_ ? tls_->send(buf, n) : ::send(fd_.get(), buf, n, MSG_NOSIGNAL);
+}
+
+void Connection::continue_handshake() {
+  switch (tls_->handshake()) {
+    case tls::Session::Step::kDone:
+      handshaking_ = false;
+      update_interest();
+      on_readable();  // the client's first request may have come with its Finished
+      return;
+    case tls::Session::Step::kWantRead:
+      update_interest();
+      return;
+    case tls::Session::Step::kWantWrite:
+      if (interest_ != (EPOLLOUT | EPOLLRDHUP)) {
+        interest_ = EPOLLOUT | EPOLLRDHUP;
+        (void)loop_.modify(fd_.get(), interest_, this);
+      }
+      return;
+    case tls::Session::Step::kFailed:
+      server_.log().info("tls_handshake_failed", "remote={} error=\"{}\"", peer_ip_, tls_->error());
+      close_now();
+      return;
+  }
+}
+
 void Connection::on_io(uint32_t events) {
   if (closed_) return;
+  if (handshaking_) {
+    if (events & (EPOLLIN | EPOLLOUT)) {
+      continue_handshake();
+    } else if (events & (EPOLLERR | EPOLLHUP | EPOLLRDHUP)) {
+      close_now();
+    }
+    return;
+  }
   if (events & EPOLLOUT) flush();
   if (closed_) return;
   if (events & EPOLLIN) {
@@ -129,13 +174,22 @@ void Connection::on_io(uint32_t events) {
 void Connection::on_readable() {
   if (phase_ == Phase::kLingering) {
     char sink[4096];
-    ssize_t n = ::read(fd_.get(), sink, sizeof sink);
+    ssize_t n;
+    do {
+      n = io_read(sink, sizeof sink);
+    } while (n > 0 && tls_ && tls_->pending() > 0);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) close_now();
     return;
   }
-  ssize_t n = ::read(fd_.get(), in_.reserve(kReadSize), kReadSize);
+  ssize_t n = io_read(in_.reserve(kReadSize), kReadSize);
   if (n > 0) {
     in_.commit(static_cast<size_t>(n));
+    // GnuTLS may hold the rest of a record: take it now, epoll will not signal it.
+    while (tls_ && tls_->pending() > 0) {
+      ssize_t more = tls_->read(in_.reserve(kReadSize), kReadSize);
+      if (more <= 0) break;
+      in_.commit(static_cast<size_t>(more));
+    }
     process_input();
     flush();
     return;
@@ -231,6 +285,7 @@ void Connection::dispatch() {
   read_timer_kind_ = ReadTimer::kNone;
   ++server_.stats_.requests;
   req_.loop = &loop_;
+  if (tls_) req_.scheme = "https";  // before admission: a verified relay may still say otherwise
   auto a = admit(req_, peer_info_, server_.policy());
   if (a.status) {
     respond_error(a.status, a.reason);
@@ -267,6 +322,7 @@ void Connection::hand_over() {
   out_.clear();
   loop_.remove(fd_.get());
   ctx.fd = std::move(fd_);
+  ctx.tls = std::move(tls_);
   read_timer_.cancel();
   write_timer_.cancel();
   close_now();
@@ -299,6 +355,11 @@ void Connection::write_head(int status, const Response& r, std::string_view cont
   out_.append("\r\nDate: ");
   out_.append(server_.date());
   out_.append("\r\n");
+  if (!opt.alt_svc.empty()) {
+    out_.append("Alt-Svc: ");
+    out_.append(opt.alt_svc);
+    out_.append("\r\n");
+  }
   if (!content_type.empty()) {
     out_.append("Content-Type: ");
     out_.append(content_type);
@@ -612,8 +673,7 @@ void Connection::respond_error(int status, std::string_view reason) {
 bool Connection::send_file_data() {
   if (!big_body_.empty()) {
     while (big_off_ < big_body_.size()) {
-      ssize_t n =
-          ::send(fd_.get(), big_body_.data() + big_off_, big_body_.size() - big_off_, MSG_NOSIGNAL);
+      ssize_t n = io_send(big_body_.data() + big_off_, big_body_.size() - big_off_);
       if (n > 0) {
         big_off_ += static_cast<size_t>(n);
         write_timer_.cancel();
@@ -646,6 +706,22 @@ bool Connection::send_file_data() {
       return true;
     }
     off_t off = static_cast<off_t>(file_offset_);
+    if (tls_) {
+      // No sendfile under TLS: the next piece goes through out_ (flush() encrypts it).
+      size_t chunk = file_left_ > kTlsFileChunk ? kTlsFileChunk : static_cast<size_t>(file_left_);
+      ssize_t n = ::pread(file_.fd.get(), out_.reserve(chunk), chunk, off);
+      if (n > 0) {
+        out_.commit(static_cast<size_t>(n));
+        file_offset_ += static_cast<uint64_t>(n);
+        file_left_ -= static_cast<uint64_t>(n);
+        return true;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      server_.log().warn("file_read_failed", "remote={} error=\"{}\"", peer_ip_,
+                         n == 0 ? "file truncated" : strerror(errno));
+      close_now();
+      return false;
+    }
     size_t chunk = file_left_ > (1u << 20) ? (1u << 20) : static_cast<size_t>(file_left_);
     ssize_t n = ::sendfile(fd_.get(), file_.fd.get(), &off, chunk);
     if (n > 0) {
@@ -668,7 +744,7 @@ void Connection::flush() {
   if (closed_) return;
   for (;;) {
     while (!out_.empty()) {
-      ssize_t n = ::send(fd_.get(), out_.data(), out_.size(), MSG_NOSIGNAL);
+      ssize_t n = io_send(out_.data(), out_.size());
       if (n > 0) {
         out_.consume(static_cast<size_t>(n));
         write_timer_.cancel();
@@ -740,6 +816,7 @@ void Connection::start_linger() {
   // Half-close and drain what the client still sends, so our last response is not destroyed by
   // a reset; then close after a short time.
   phase_ = Phase::kLingering;
+  if (tls_) tls_->bye();
   ::shutdown(fd_.get(), SHUT_WR);
   if (peer_eof_) {
     close_now();

@@ -7,6 +7,12 @@
 // out with sendfile(); streams are chunked when their length is unknown and pull more data only
 // when the output queue is below its low-water mark.
 //
+// Over TLS (a listener with a tls::ServerConfig) the connection first drives the handshake under
+// the header timeout, then every read and write goes through the tls::Session: a response flush
+// is one record send per 16 KiB, files are pread() into the output buffer (no sendfile), and the
+// decrypted bytes GnuTLS holds back are drained into the input buffer on every read, since epoll
+// cannot see them. The plain path only tests a null pointer.
+//
 // Lifetime: owned by the Server (intrusive list); destroyed through EventLoop::destroy_later
 // after close_now(), so an event already queued for it finds live memory and a closed flag.
 #pragma once
@@ -24,6 +30,7 @@
 #include "http/parser.h"
 #include "http/request.h"
 #include "http/response.h"
+#include "tls/session_ptr.h"
 
 namespace corral::http {
 
@@ -32,7 +39,8 @@ class Site;
 
 class Connection final : public core::IoHandler, private StreamWriter, private Responder {
  public:
-  Connection(Server& server, core::UniqueFd fd, const core::SocketAddress& peer);
+  Connection(Server& server, core::UniqueFd fd, const core::SocketAddress& peer,
+             tls::SessionPtr tls = nullptr);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -56,6 +64,10 @@ class Connection final : public core::IoHandler, private StreamWriter, private R
   enum class ReadTimer { kNone, kHeader, kBody, kIdle, kReady, kLinger };
 
   void on_readable();
+  void continue_handshake();
+  // ::read / ::send, or through the TLS session.
+  ssize_t io_read(char* buf, size_t n);
+  ssize_t io_send(const char* buf, size_t n);
   void process_input();
   void dispatch();
   void write_response(Response& response);
@@ -82,6 +94,8 @@ class Connection final : public core::IoHandler, private StreamWriter, private R
   Server& server_;
   core::EventLoop& loop_;
   core::UniqueFd fd_;
+  tls::SessionPtr tls_;
+  bool handshaking_ = false;
   core::SocketAddress peer_;
   Peer peer_info_;  // the peer's address, parsed once for admission
   std::string peer_ip_;

@@ -14,6 +14,7 @@
 #include "core/timer_wheel.h"
 #include "core/unique_fd.h"
 #include "http/server.h"
+#include "tls/session.h"
 
 namespace corral::http {
 
@@ -450,10 +451,12 @@ class Relay final : public Upgraded {
  public:
   static constexpr size_t kHigh = 256 * 1024;
 
-  Relay(core::EventLoop& loop, Server& server, core::UniqueFd client, core::UniqueFd upstream)
+  Relay(core::EventLoop& loop, Server& server, core::UniqueFd client, tls::SessionPtr client_tls,
+        core::UniqueFd upstream)
       : loop_(loop), server_(server) {
     a_.relay = b_.relay = this;
     a_.fd = std::move(client);
+    a_.tls = std::move(client_tls);
     b_.fd = std::move(upstream);
     a_.peer = &b_;
     b_.peer = &a_;
@@ -478,9 +481,10 @@ class Relay final : public Upgraded {
     Relay* relay = nullptr;
     Side* peer = nullptr;
     core::UniqueFd fd;
-    core::Buffer out;   // bytes for this side
-    bool eof = false;   // this side sent FIN
-    bool shut = false;  // we sent FIN to this side
+    tls::SessionPtr tls;  // the client side over TLS: bytes go through it
+    core::Buffer out;     // bytes for this side
+    bool eof = false;     // this side sent FIN
+    bool shut = false;    // we sent FIN to this side
     uint32_t interest = 0;
     void on_io(uint32_t events) override { relay->on_io(*this, events); }
   };
@@ -491,9 +495,16 @@ class Relay final : public Upgraded {
     if (done_) return;
     if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
       Side& to = *s.peer;
-      ssize_t n = ::read(s.fd.get(), to.out.reserve(16384), 16384);
+      ssize_t n = s.tls ? s.tls->read(to.out.reserve(16384), 16384)
+                        : ::read(s.fd.get(), to.out.reserve(16384), 16384);
       if (n > 0) {
         to.out.commit(static_cast<size_t>(n));
+        // What GnuTLS decrypted but did not return is invisible to epoll: take it now.
+        while (s.tls && s.tls->pending() > 0) {
+          ssize_t more = s.tls->read(to.out.reserve(16384), 16384);
+          if (more <= 0) break;
+          to.out.commit(static_cast<size_t>(more));
+        }
         flush(to);
       } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
         if (n < 0) return finish();
@@ -508,7 +519,8 @@ class Relay final : public Upgraded {
 
   void flush(Side& s) {
     while (!s.out.empty()) {
-      ssize_t n = ::send(s.fd.get(), s.out.data(), s.out.size(), MSG_NOSIGNAL);
+      ssize_t n = s.tls ? s.tls->send(s.out.data(), s.out.size())
+                        : ::send(s.fd.get(), s.out.data(), s.out.size(), MSG_NOSIGNAL);
       if (n > 0) {
         s.out.consume(static_cast<size_t>(n));
         continue;
@@ -518,6 +530,7 @@ class Relay final : public Upgraded {
     }
     if (s.out.empty() && s.peer->eof && !s.shut) {
       s.shut = true;
+      if (s.tls) s.tls->bye();
       ::shutdown(s.fd.get(), SHUT_WR);
     }
     update(s);
@@ -538,6 +551,7 @@ class Relay final : public Upgraded {
     if (done_) return;
     done_ = true;
     for (Side* s : {&a_, &b_}) {
+      s->tls.reset();
       if (s->fd) {
         loop_.remove(s->fd.get());
         s->fd.reset();
@@ -559,7 +573,8 @@ class RelayUpgrade final : public UpgradeHandler {
   RelayUpgrade(core::UniqueFd upstream, std::string upstream_leftover)
       : upstream_(std::move(upstream)), leftover_(std::move(upstream_leftover)) {}
   void take_over(UpgradeContext ctx) override {
-    auto* relay = new Relay(ctx.loop, ctx.server, std::move(ctx.fd), std::move(upstream_));
+    auto* relay = new Relay(ctx.loop, ctx.server, std::move(ctx.fd), std::move(ctx.tls),
+                            std::move(upstream_));
     // To the client: the 101's unsent bytes, then what the upstream already sent after its 101.
     relay->start(std::move(ctx.leftover_input), ctx.pending_output + leftover_);
   }

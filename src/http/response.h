@@ -10,6 +10,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/unique_fd.h"
+#include "tls/session_ptr.h"
 
 #include <cstdint>
 #include <memory>
@@ -84,7 +85,9 @@ class Upgraded {
 };
 
 // What an upgrade hands over once the 101 response is written: the socket, the bytes the client
-// sent after its upgrade request, and response bytes not yet written.
+// sent after its upgrade request, and response bytes not yet written. Over TLS, `tls` is the
+// connection's session: every byte then goes through it (tls::Session's read/send), and the
+// leftover input is already decrypted.
 struct UpgradeContext {
   core::EventLoop& loop;
   Server& server;
@@ -92,6 +95,7 @@ struct UpgradeContext {
   std::string leftover_input;
   std::string pending_output;
   std::string peer;  // the client's address, for logs
+  tls::SessionPtr tls;
 };
 
 class UpgradeHandler {

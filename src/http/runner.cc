@@ -30,6 +30,28 @@ int run_server(core::Logger& log, const RunOptions& options, std::shared_ptr<con
     }
     bound.push_back(local.value());
   }
+  if ((!options.listen_tls.empty() || !options.adopt_tls_fds.empty()) && !options.tls) {
+    log.error("listen_failed", "error=\"TLS listeners without a TLS configuration\"");
+    return 1;
+  }
+  for (const auto& addr : options.listen_tls) {
+    auto r = server.listen(addr, false, options.tls);
+    if (!r) {
+      log.error("listen_failed", "address={} error=\"{}\"", addr.to_string(), r.error().reason);
+      return 1;
+    }
+    bound.push_back(r.value());
+    log.info("tls_listening", "address={}", r->to_string());
+  }
+  for (int fd : options.adopt_tls_fds) {
+    auto local = core::local_address(fd);
+    if (auto r = server.adopt_listener(core::UniqueFd(fd), options.tls); !r || !local) {
+      log.error("listen_failed", "fd={} error=\"{}\"", fd,
+                r ? local.error().reason : r.error().reason);
+      return 1;
+    }
+    bound.push_back(local.value());
+  }
   RunOptions::Companion companion;
   if (options.on_server) companion = options.on_server(server);
   if (options.on_listening) options.on_listening(server, bound);

@@ -17,9 +17,13 @@ namespace corral::http {
 struct RunOptions {
   std::vector<core::SocketAddress> listen;
   std::vector<int> adopt_fds;  // listening sockets made by someone else (the fan-out supervisor)
+  // TLS: listeners whose connections speak TLS with `tls` (both need it set).
+  std::vector<core::SocketAddress> listen_tls;
+  std::vector<int> adopt_tls_fds;
+  std::shared_ptr<const tls::ServerConfig> tls;
   ServerOptions server;
   std::shared_ptr<const AdmissionPolicy> policy;
-  // Called once every listener is bound (tests read the ports from here).
+  // Called once every listener is bound, plain ones first, then TLS ones (tests read the ports).
   std::function<void(Server&, const std::vector<core::SocketAddress>&)> on_listening;
   // Once the loop exists, before listening: per-process services (what it returns is destroyed
   // before the loop).

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include "http/connection.h"
+#include "tls/session.h"
 
 namespace corral::http {
 
@@ -16,17 +17,20 @@ constexpr char kBusyResponse[] =
 
 class Server::Listener final : public core::IoHandler {
  public:
-  Listener(Server& server, core::UniqueFd fd) : server_(server), fd_(std::move(fd)) {}
+  Listener(Server& server, core::UniqueFd fd, std::shared_ptr<const tls::ServerConfig> tls)
+      : server_(server), fd_(std::move(fd)), tls_(std::move(tls)) {}
   // After close() the listener may still have an event queued in this epoll batch: ignore it, so
   // a connection in the shared accept queue is left to another process instead of refused.
   void on_io(uint32_t) override {
-    if (!server_.closing()) server_.on_accept(fd_.get());
+    if (!server_.closing()) server_.on_accept(fd_.get(), tls_.get());
   }
   int fd() const { return fd_.get(); }
 
  private:
   Server& server_;
   core::UniqueFd fd_;
+  // shared: one reload generation's TLS config serves every listener (and HTTP/3) of a process.
+  std::shared_ptr<const tls::ServerConfig> tls_;
 };
 
 Server::Server(core::EventLoop& loop, core::Logger& log, ServerOptions options)
@@ -48,17 +52,19 @@ Server::~Server() {
   loop_.defer([] {});  // destroyed connections are freed by the loop's graveyard
 }
 
-core::Result<core::SocketAddress> Server::listen(const core::SocketAddress& addr, bool reuse_port) {
+core::Result<core::SocketAddress> Server::listen(const core::SocketAddress& addr, bool reuse_port,
+                                                 std::shared_ptr<const tls::ServerConfig> tls) {
   auto fd = core::listen_tcp(addr, {.backlog = 4096, .reuse_port = reuse_port});
   if (!fd) return fd.error();
   auto local = core::local_address(fd->get());
   if (!local) return local.error();
-  if (auto r = adopt_listener(std::move(fd.value())); !r) return r.error();
+  if (auto r = adopt_listener(std::move(fd.value()), std::move(tls)); !r) return r.error();
   return local;
 }
 
-core::Result<void> Server::adopt_listener(core::UniqueFd fd) {
-  auto l = std::make_unique<Listener>(*this, std::move(fd));
+core::Result<void> Server::adopt_listener(core::UniqueFd fd,
+                                          std::shared_ptr<const tls::ServerConfig> tls) {
+  auto l = std::make_unique<Listener>(*this, std::move(fd), std::move(tls));
   if (auto r = loop_.add(l->fd(), EPOLLIN, l.get()); !r) return r;
   listeners_.push_back(std::move(l));
   return {};
@@ -138,7 +144,7 @@ std::string_view Server::log_time() {
   return log_time_;
 }
 
-void Server::on_accept(int listen_fd) {
+void Server::on_accept(int listen_fd, const tls::ServerConfig* tls) {
   for (int i = 0; i < kAcceptBatch; ++i) {
     core::SocketAddress peer;
     peer.len = sizeof peer.storage;
@@ -160,8 +166,9 @@ void Server::on_accept(int listen_fd) {
     if (stats_.active >= options_.max_connections || closing_) {
       // Refuse without touching the connections already served: a canned answer, then close.
       ++stats_.refused;
+      // (A TLS client could not read plain text: it is only closed.)
       [[maybe_unused]] ssize_t w =
-          ::send(fd, kBusyResponse, sizeof kBusyResponse - 1, MSG_NOSIGNAL);
+          tls ? 0 : ::send(fd, kBusyResponse, sizeof kBusyResponse - 1, MSG_NOSIGNAL);
       ::close(fd);
       if (stats_.refused % 1000 == 1)
         log_.warn("connection_refused", "reason=max_connections limit={} refused_total={}",
@@ -170,7 +177,17 @@ void Server::on_accept(int listen_fd) {
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    auto* c = new Connection(*this, core::UniqueFd(fd), peer);
+    tls::SessionPtr session;
+    if (tls) {
+      auto s = tls::Session::accept(*tls, fd);
+      if (!s) {
+        log_.error("tls_session_failed", "error=\"{}\"", s.error().reason);
+        ::close(fd);
+        continue;
+      }
+      session = std::move(s.value());
+    }
+    auto* c = new Connection(*this, core::UniqueFd(fd), peer, std::move(session));
     c->next_ = head_;
     if (head_) head_->prev_ = c;
     head_ = c;

@@ -23,6 +23,10 @@
 #include "http/parser.h"
 #include "http/site.h"
 
+namespace corral::tls {
+class ServerConfig;
+}
+
 namespace corral::http {
 
 struct ServerOptions {
@@ -38,6 +42,9 @@ struct ServerOptions {
   bool access_log = true;
   std::string server_name = "corral";
   std::string referrer_policy = "strict-origin-when-cross-origin";
+  // Non-empty: an Alt-Svc header with this value on every response (advertises HTTP/3, e.g.
+  // `h3=":8443"; ma=86400`).
+  std::string alt_svc;
 };
 
 struct ServerStats {
@@ -57,10 +64,13 @@ class Server {
   Server& operator=(const Server&) = delete;
   ~Server();
 
-  core::Result<core::SocketAddress> listen(const core::SocketAddress& addr,
-                                           bool reuse_port = false);
+  // With `tls`, connections accepted on the listener speak TLS (handshake first, then HTTP/1.1;
+  // Request::scheme "https"). The config is shared by every connection of the listener.
+  core::Result<core::SocketAddress> listen(const core::SocketAddress& addr, bool reuse_port = false,
+                                           std::shared_ptr<const tls::ServerConfig> tls = nullptr);
   // Serves an already listening socket (the fan-out supervisor creates them before forking).
-  core::Result<void> adopt_listener(core::UniqueFd fd);
+  core::Result<void> adopt_listener(core::UniqueFd fd,
+                                    std::shared_ptr<const tls::ServerConfig> tls = nullptr);
 
   void publish(std::shared_ptr<const Site> site);
   // Swaps the admission policy; connections admitted under a host no longer allowed are closed
@@ -92,7 +102,7 @@ class Server {
  private:
   friend class Connection;
   class Listener;
-  void on_accept(int listen_fd);
+  void on_accept(int listen_fd, const tls::ServerConfig* tls);
   void connection_closed(Connection* c);
   void park(Connection* c) { parked_.push_back(c); }
   void unpark(Connection* c);

@@ -9,6 +9,7 @@
 #include "core/buffer.h"
 #include "core/event_loop.h"
 #include "http/server.h"
+#include "tls/session.h"
 
 namespace corral::ws {
 
@@ -35,6 +36,7 @@ class Connection final : public Socket,
       : loop_(ctx.loop),
         server_(ctx.server),
         fd_(std::move(ctx.fd)),
+        tls_(std::move(ctx.tls)),
         route_(std::move(route)),
         limits_(limits),
         decoder_(decoder_limits(limits.max_message, deflate)),
@@ -142,10 +144,20 @@ class Connection final : public Socket,
     }
   }
 
+  ssize_t io_read(char* buf, size_t n) {
+    return tls_ ? tls_->read(buf, n) : ::read(fd_.get(), buf, n);
+  }
+
   void on_readable() {
-    ssize_t n = ::read(fd_.get(), in_.reserve(kReadSize), kReadSize);
+    ssize_t n = io_read(in_.reserve(kReadSize), kReadSize);
     if (n > 0) {
       in_.commit(static_cast<size_t>(n));
+      // Decrypted bytes GnuTLS still holds are invisible to epoll: take them now.
+      while (tls_ && tls_->pending() > 0) {
+        ssize_t more = tls_->read(in_.reserve(kReadSize), kReadSize);
+        if (more <= 0) break;
+        in_.commit(static_cast<size_t>(more));
+      }
       last_rx_ = loop_.now();
       if (state_ == State::kDraining) {
         in_.clear();
@@ -252,7 +264,8 @@ class Connection final : public Socket,
 
   void flush() {
     while (!out_.empty()) {
-      ssize_t n = ::send(fd_.get(), out_.data(), out_.size(), MSG_NOSIGNAL);
+      ssize_t n = tls_ ? tls_->send(out_.data(), out_.size())
+                       : ::send(fd_.get(), out_.data(), out_.size(), MSG_NOSIGNAL);
       if (n > 0) {
         out_.consume(static_cast<size_t>(n));
         continue;
@@ -265,6 +278,7 @@ class Connection final : public Socket,
     }
     if (state_ == State::kDraining && out_.empty() && !shut_) {
       shut_ = true;
+      if (tls_) tls_->bye();
       ::shutdown(fd_.get(), SHUT_WR);
     }
     uint32_t want = EPOLLIN | (out_.empty() ? 0u : static_cast<uint32_t>(EPOLLOUT));
@@ -280,6 +294,7 @@ class Connection final : public Socket,
     report_close(1006, why ? why : "connection lost");
     state_ = State::kDone;
     timer_.cancel();
+    tls_.reset();
     if (fd_) {
       loop_.remove(fd_.get());
       fd_.reset();
@@ -294,6 +309,7 @@ class Connection final : public Socket,
   core::EventLoop& loop_;
   http::Server& server_;
   core::UniqueFd fd_;
+  tls::SessionPtr tls_;  // over TLS: every byte goes through it
   // shared with the route: a socket may outlive the Site that opened it (until it closes after a
   // swap), so the route's options are freed by the last of them.
   std::shared_ptr<const SocketRoute> route_;

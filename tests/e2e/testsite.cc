@@ -19,8 +19,10 @@
 //                      close timeout 500 ms; "flood" makes it send 1 MiB messages until dropped
 //   /ws/who            sends the principal's id (or "anonymous") and the {param}-less pattern
 // Flags: --listen ADDR (port 0: any), --root DIR, --config FILE (corral's TOML),
-//        --publish-delay-ms N (routes are published N ms after listening).
-// Logs go to stderr; the "listening address=..." line gives the bound port.
+//        --publish-delay-ms N (routes are published N ms after listening),
+//        --tls-listen ADDR --tls-cert PEM --tls-key PEM (a TLS listener, too).
+// Logs go to stderr; the "listening address=..." line gives the bound port ("tls_listening
+// address=..." the TLS one).
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
@@ -30,6 +32,7 @@
 #include "cli/config.h"
 #include "cli/sites.h"
 #include "http/server.h"
+#include "tls/session.h"
 #include "ws/socket.h"
 
 #include <map>
@@ -96,6 +99,10 @@ int main(int argc, char** argv) {
   app.add_option("--root", root);
   app.add_option("--config", config_path);
   app.add_option("--publish-delay-ms", publish_delay_ms);
+  std::string tls_listen, tls_cert, tls_key;
+  app.add_option("--tls-listen", tls_listen);
+  app.add_option("--tls-cert", tls_cert);
+  app.add_option("--tls-key", tls_key);
   CLI11_PARSE(app, argc, argv);
 
   cli::Config config;
@@ -252,6 +259,27 @@ int main(int argc, char** argv) {
     return 1;
   }
   log.info("listening", "address={}", bound->to_string());
+  if (!tls_listen.empty()) {
+    auto tls_addr = core::parse_address(tls_listen);
+    auto creds = tls::Credentials::load(tls_cert, tls_key);
+    auto ticket = tls::TicketKey::generate();
+    if (!tls_addr || !creds || !ticket) {
+      std::cerr << "bad --tls-listen, --tls-cert or --tls-key: "
+                << (!creds ? creds.error().reason : "") << "\n";
+      return cli::kExitBadConfig;
+    }
+    auto tls_config = tls::ServerConfig::create(creds.value(), ticket.value());
+    if (!tls_config) {
+      std::cerr << tls_config.error().reason << "\n";
+      return 1;
+    }
+    auto tls_bound = server.listen(tls_addr.value(), false, tls_config.value());
+    if (!tls_bound) {
+      log.error("listen_failed", "error=\"{}\"", tls_bound.error().reason);
+      return 1;
+    }
+    log.info("tls_listening", "address={}", tls_bound->to_string());
+  }
   core::Timer publish(loop.timers(), [&] { server.publish(built.value()); });
   if (publish_delay_ms) {
     publish.arm_after(publish_delay_ms);
