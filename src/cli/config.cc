@@ -128,7 +128,7 @@ ConfigErrors load_config(const std::string& path, Config& c) {
   r.check_unknown(
       root, "",
       {"listen", "root", "processes", "pin", "state_dir", "workers", "log_level", "access_log",
-       "allowed_hosts", "relays", "limits", "timeouts", "server_name", "referrer_policy"});
+       "allowed_hosts", "relays", "limits", "timeouts", "server_name", "referrer_policy", "tls"});
   r.string(root, "listen", c.listen);
   if (auto p = core::parse_address(c.listen); !p)
     errors.problems.push_back(fmt::format("listen: {}", p.error().reason));
@@ -268,6 +268,28 @@ ConfigErrors load_config(const std::string& path, Config& c) {
       r.integer(*t, "timeouts.", "linger_ms", s.linger_timeout_ms, 0, kDay);
     } else {
       errors.problems.push_back("timeouts: expected a table");
+    }
+  }
+  if (auto* node = root.get("tls")) {
+    if (auto* t = node->as_table()) {
+      r.check_unknown(*t, "tls.", {"listen", "cert", "key"});
+      for (auto [key, out] : {std::pair{"listen", &c.tls.listen}, std::pair{"cert", &c.tls.cert},
+                              std::pair{"key", &c.tls.key}}) {
+        auto* v = t->get(key);
+        if (!v) continue;
+        if (!v->is_string()) {
+          errors.problems.push_back(fmt::format("tls.{}: expected a string", key));
+          continue;
+        }
+        *out = *v->value<std::string>();
+      }
+      if (!c.tls.listen.empty())
+        if (auto p = core::parse_address(c.tls.listen); !p)
+          errors.problems.push_back(fmt::format("tls.listen: {}", p.error().reason));
+      if (c.tls.cert.empty() != c.tls.key.empty())
+        errors.problems.push_back("tls.cert, tls.key: set both (or neither: the dev certificate)");
+    } else {
+      errors.problems.push_back("tls: expected a table");
     }
   }
   build_policy(c, errors);

@@ -28,6 +28,14 @@ struct WorkerKind {
   uint32_t stop_grace_ms = 5'000;
 };
 
+// [tls]: HTTPS on TCP. An empty listen: no TLS listener. Empty cert and key: the dev certificate
+// in <state_dir>/tls (made when absent).
+struct TlsConfig {
+  std::string listen;  // "127.0.0.1:8443"
+  std::string cert;    // PEM: the leaf first, then its chain
+  std::string key;     // PEM
+};
+
 struct Config {
   std::string listen = "127.0.0.1:8080";
   std::string root;   // empty: the embedded welcome site
@@ -39,6 +47,7 @@ struct Config {
   http::ServerOptions server;
   std::vector<WorkerKind> workers;
   std::string state_dir;  // empty: $XDG_STATE_HOME/corral or ./.corral
+  TlsConfig tls;
 };
 
 struct ConfigErrors {

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 
 #include "cli/config.h"
 #include "cli/demo.h"
@@ -19,6 +20,7 @@
 #include "fanout/supervisor.h"
 #include "http/percent.h"
 #include "http/runner.h"
+#include "tls/session.h"
 
 namespace {
 
@@ -29,6 +31,7 @@ constexpr const char* kVersion = "0.1.0";
 // What the command line said; applied over the file on every (re)load.
 struct Flags {
   std::string config_path, listen, root, log_level, state_dir;
+  std::string tls_listen, cert, key;
   bool no_access_log = false;
   int processes = -1;  // -1: not given
   bool pin = false;
@@ -40,6 +43,9 @@ struct Prepared {
   core::SocketAddress address;
   std::shared_ptr<const http::AdmissionPolicy> policy;
   std::shared_ptr<const http::Site> site;
+  // [tls]: set when a TLS listener is configured; credentials loaded before any fork.
+  std::optional<core::SocketAddress> tls_address;
+  std::shared_ptr<const tls::ServerConfig> tls;
   // Each server process sets its resolver here once its loop exists (the site is built before
   // the fork and holds the slot).
   std::shared_ptr<cli::ResolverSlot> resolver_slot = std::make_shared<cli::ResolverSlot>();
@@ -59,7 +65,66 @@ bool parse_level(const std::string& s, core::LogLevel& out) {
   return true;
 }
 
-cli::ConfigErrors prepare(const Flags& flags, core::Logger& log, Prepared& out) {
+// --state-dir, else $XDG_STATE_HOME/corral, else ./.corral; created 0700.
+core::Result<std::string> state_directory(const std::string& flag) {
+  std::string dir = flag;
+  if (dir.empty()) {
+    const char* xdg = getenv("XDG_STATE_HOME");
+    dir = xdg && *xdg ? std::string(xdg) + "/corral" : ".corral";
+  }
+  if (mkdir(dir.c_str(), 0700) < 0 && errno != EEXIST)
+    return core::errno_error(("state directory " + dir).c_str());
+  return dir;
+}
+
+// [tls]: the address, then the credentials (configured files, or the dev certificate in
+// <state_dir>/tls), loaded now so a bad certificate is a startup (or reload) error.
+void prepare_tls(const Flags& flags, const cli::Config& config,
+                 const std::shared_ptr<tls::TicketKey>& ticket_key, core::Logger& log,
+                 cli::ConfigErrors& errors, Prepared& out) {
+  auto addr = core::parse_address(config.tls.listen);
+  if (!addr) {
+    errors.problems.push_back("tls.listen: " + addr.error().reason);
+    return;
+  }
+  std::string cert = config.tls.cert, key = config.tls.key;
+  bool dev = cert.empty() && key.empty();
+  if (cert.empty() != key.empty()) {
+    errors.problems.push_back("tls.cert, tls.key: set both (or neither: the dev certificate)");
+    return;
+  }
+  if (dev) {
+    auto dir = state_directory(flags.state_dir.empty() ? config.state_dir : flags.state_dir);
+    if (!dir) {
+      errors.problems.push_back("state-dir: " + dir.error().reason);
+      return;
+    }
+    auto paths = tls::ensure_dev_cert(dir.value() + "/tls");
+    if (!paths) {
+      errors.problems.push_back("tls: dev certificate: " + paths.error().reason);
+      return;
+    }
+    cert = paths->cert;
+    key = paths->key;
+  }
+  auto creds = tls::Credentials::load(cert, key);
+  if (!creds) {
+    errors.problems.push_back("tls." + creds.error().reason);  // "tls.cert: <file>: ..."
+    return;
+  }
+  auto config_tls = tls::ServerConfig::create(creds.value(), ticket_key);
+  if (!config_tls) {
+    errors.problems.push_back(config_tls.error().reason);
+    return;
+  }
+  log.info("tls_credentials", "cert={} key={} dev={} spki_sha256={}", cert, key, dev,
+           creds.value()->spki_sha256());
+  out.tls_address = addr.value();
+  out.tls = std::move(config_tls.value());
+}
+
+cli::ConfigErrors prepare(const Flags& flags, core::Logger& log, Prepared& out,
+                          const std::shared_ptr<tls::TicketKey>& ticket_key) {
   cli::Config config;
   if (!flags.config_path.empty()) {
     auto errors = cli::load_config(flags.config_path, config);
@@ -68,6 +133,9 @@ cli::ConfigErrors prepare(const Flags& flags, core::Logger& log, Prepared& out) 
   cli::ConfigErrors errors;
   if (!flags.listen.empty()) config.listen = flags.listen;
   if (!flags.root.empty()) config.root = flags.root;
+  if (!flags.tls_listen.empty()) config.tls.listen = flags.tls_listen;
+  if (!flags.cert.empty()) config.tls.cert = flags.cert;
+  if (!flags.key.empty()) config.tls.key = flags.key;
   if (flags.no_access_log) config.server.access_log = false;
   if (flags.processes >= 0) config.processes = flags.processes;
   if (flags.pin) config.pin = true;
@@ -98,6 +166,8 @@ cli::ConfigErrors prepare(const Flags& flags, core::Logger& log, Prepared& out) 
   });
   auto site = builder.build();
   if (!site) errors.problems.push_back("routes: " + site.error().reason);
+  if (errors.empty() && !config.tls.listen.empty())
+    prepare_tls(flags, config, ticket_key, log, errors, out);
   if (!errors.empty()) return errors;
   out.config = std::move(config);
   out.address = addr.value();
@@ -105,18 +175,6 @@ cli::ConfigErrors prepare(const Flags& flags, core::Logger& log, Prepared& out) 
   out.site = std::move(site.value());
   out.resolver_slot = std::move(resolver_slot);
   return errors;
-}
-
-// --state-dir, else $XDG_STATE_HOME/corral, else ./.corral; created 0700.
-core::Result<std::string> state_directory(const std::string& flag) {
-  std::string dir = flag;
-  if (dir.empty()) {
-    const char* xdg = getenv("XDG_STATE_HOME");
-    dir = xdg && *xdg ? std::string(xdg) + "/corral" : ".corral";
-  }
-  if (mkdir(dir.c_str(), 0700) < 0 && errno != EEXIST)
-    return core::errno_error(("state directory " + dir).c_str());
-  return dir;
 }
 
 int print_problems(const cli::ConfigErrors& errors, const std::string& where) {
@@ -128,7 +186,7 @@ int print_problems(const cli::ConfigErrors& errors, const std::string& where) {
 std::shared_ptr<const http::AdmissionPolicy> reload_policy(const Flags& flags, core::Logger& log) {
   if (flags.config_path.empty()) return nullptr;
   Prepared fresh;
-  auto errors = prepare(flags, log, fresh);
+  auto errors = prepare(flags, log, fresh, nullptr);
   if (!errors.empty()) {
     for (const auto& p : errors.problems)
       log.error("reload_refused", "file={} problem=\"{}\"", flags.config_path, p);
@@ -140,7 +198,12 @@ std::shared_ptr<const http::AdmissionPolicy> reload_policy(const Flags& flags, c
 fanout::ChildMain child_main(std::shared_ptr<const Prepared> p, core::Logger& log, Flags flags) {
   return [p, &log, flags](const fanout::ChildContext& ctx) {
     http::RunOptions run;
-    run.adopt_fds = ctx.listen_fds;
+    // The slot's sockets in make_listeners' order: the plain listener, then the TLS one.
+    run.adopt_fds = {ctx.listen_fds.front()};
+    if (p->tls && ctx.listen_fds.size() > 1) {
+      run.adopt_tls_fds = {ctx.listen_fds[1]};
+      run.tls = p->tls;
+    }
     run.server = p->config.server;
     run.policy = p->policy;
     run.on_listening = [&ctx](http::Server&, const std::vector<core::SocketAddress>&) {
@@ -171,14 +234,19 @@ fanout::ChildMain child_main(std::shared_ptr<const Prepared> p, core::Logger& lo
 
 int serve(const Flags& flags) {
   core::Logger log(2);
+  // One session-ticket key per supervisor start, kept across SIGHUP generations: every process of
+  // every generation resumes every other's tickets.
+  auto ticket_key = tls::TicketKey::generate();
+  if (!ticket_key) return print_problems({{ticket_key.error().reason}}, "tls");
   auto prepared = std::make_shared<Prepared>();
-  if (auto errors = prepare(flags, log, *prepared); !errors.empty())
+  if (auto errors = prepare(flags, log, *prepared, ticket_key.value()); !errors.empty())
     return print_problems(errors, flags.config_path.empty() ? "command line" : flags.config_path);
   log.set_level(prepared->config.log_level);
 
   // Workers are children of the supervisor (they outlive a server process's crash): with workers
-  // configured, even one server process runs under a supervisor.
-  if (prepared->config.processes == 1 && prepared->config.workers.empty()) {
+  // configured, even one server process runs under a supervisor. So does TLS: a SIGHUP reloads
+  // the certificate by starting a new generation.
+  if (prepared->config.processes == 1 && prepared->config.workers.empty() && !prepared->tls) {
     http::RunOptions run;
     run.listen.push_back(prepared->address);
     run.server = prepared->config.server;
@@ -192,7 +260,12 @@ int serve(const Flags& flags) {
   auto n =
       fanout::resolve_process_count(prepared->config.processes, cpus.value(), prepared->config.pin);
   if (!n) return print_problems({{n.error().reason}}, "processes");
-  auto listeners = fanout::make_listeners({prepared->address}, n.value());
+  auto wanted_addresses = [](const Prepared& p) {
+    std::vector<core::SocketAddress> a{p.address};
+    if (p.tls_address) a.push_back(*p.tls_address);
+    return a;
+  };
+  auto listeners = fanout::make_listeners(wanted_addresses(*prepared), n.value());
   if (!listeners) {
     log.error("listen_failed", "address={} error=\"{}\"", prepared->address.to_string(),
               listeners.error().reason);
@@ -201,6 +274,8 @@ int serve(const Flags& flags) {
   auto set = std::make_shared<fanout::ListenerSet>(std::move(listeners.value()));
   log.info("listening", "address={} processes={} pin={}", set->addresses.front().to_string(),
            n.value(), prepared->config.pin);
+  if (set->addresses.size() > 1)
+    log.info("tls_listening", "address={}", set->addresses[1].to_string());
 
   fanout::SupervisorOptions options;
   options.processes = n.value();
@@ -211,7 +286,7 @@ int serve(const Flags& flags) {
   fanout::FanoutHooks hooks;
   hooks.on_reload = [&](std::shared_ptr<fanout::ListenerSet>& set, fanout::ChildMain& main) {
     auto fresh = std::make_shared<Prepared>();
-    auto errors = prepare(flags, log, *fresh);
+    auto errors = prepare(flags, log, *fresh, ticket_key.value());
     if (!errors.empty()) {
       for (const auto& p : errors.problems)
         log.error("reload_refused", "file={} problem=\"{}\"", flags.config_path, p);
@@ -220,19 +295,24 @@ int serve(const Flags& flags) {
     if (fresh->config.processes != prepared->config.processes ||
         fresh->config.pin != prepared->config.pin)
       log.warn("reload_partial", "reason=\"processes and pin change only on restart\"");
-    auto wanted = fresh->address;
-    auto current = set->addresses.front();
-    bool same = wanted.to_string() == current.to_string() ||
-                (wanted.port() == 0 && wanted.ip() == current.ip());
+    auto wanted = wanted_addresses(*fresh);
+    bool same = wanted.size() == set->addresses.size();
+    for (size_t i = 0; same && i < wanted.size(); ++i) {
+      const auto& current = set->addresses[i];
+      same = wanted[i].to_string() == current.to_string() ||
+             (wanted[i].port() == 0 && wanted[i].ip() == current.ip());
+    }
     if (!same) {
-      auto fresh_set = fanout::make_listeners({wanted}, static_cast<int>(set->slots.size()));
+      auto fresh_set = fanout::make_listeners(wanted, static_cast<int>(set->slots.size()));
       if (!fresh_set) {
-        log.error("reload_refused", "problem=\"listen {}: {}\"", wanted.to_string(),
+        log.error("reload_refused", "problem=\"listen {}: {}\"", wanted.front().to_string(),
                   fresh_set.error().reason);
         return false;
       }
       set = std::make_shared<fanout::ListenerSet>(std::move(fresh_set.value()));
       log.info("listening", "address={}", set->addresses.front().to_string());
+      if (set->addresses.size() > 1)
+        log.info("tls_listening", "address={}", set->addresses[1].to_string());
     }
     fresh->config.processes = prepared->config.processes;
     prepared = fresh;
@@ -317,6 +397,17 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--state-dir", flags.state_dir,
                         "State directory (default $XDG_STATE_HOME/corral or ./.corral)");
   serve_cmd->add_flag("--no-access-log", flags.no_access_log, "Do not log one line per request");
+  serve_cmd->add_option("--tls-listen", flags.tls_listen,
+                        "HTTPS address (e.g. 127.0.0.1:8443; default: none)");
+  serve_cmd->add_option("--cert", flags.cert,
+                        "TLS certificate chain, PEM (default: the dev certificate)");
+  serve_cmd->add_option("--key", flags.key, "TLS private key, PEM");
+
+  auto* cert_cmd = app.add_subcommand(
+      "cert", "Make (or reuse) the dev certificate for localhost, 127.0.0.1 and ::1 and print it");
+  std::string cert_dir;
+  cert_cmd->add_option("--dir", cert_dir, "Where (default: <state dir>/tls)");
+  cert_cmd->add_option("--state-dir", flags.state_dir, "The state directory");
 
   auto* check =
       app.add_subcommand("check", "Validate a configuration file and print every problem");
@@ -361,6 +452,23 @@ int main(int argc, char** argv) {
     auto body = resp.find("\r\n\r\n");
     std::cout << (body == std::string::npos ? resp : resp.substr(body + 4)) << "\n";
     return resp.rfind("HTTP/1.1 2", 0) == 0 ? 0 : 1;
+  }
+
+  if (cert_cmd->parsed()) {
+    if (cert_dir.empty()) {
+      auto dir = state_directory(flags.state_dir);
+      if (!dir) return print_problems({{dir.error().reason}}, "state-dir");
+      cert_dir = dir.value() + "/tls";
+    }
+    auto paths = tls::ensure_dev_cert(cert_dir);
+    if (!paths) return print_problems({{paths.error().reason}}, "cert");
+    auto creds = tls::Credentials::load(paths->cert, paths->key);
+    if (!creds) return print_problems({{creds.error().reason}}, "cert");
+    std::cout << "cert: " << paths->cert << "\nkey: " << paths->key
+              << "\nspki_sha256: " << creds.value()->spki_sha256()
+              << "\nnames: localhost 127.0.0.1 ::1\n"
+              << "try: curl --cacert " << paths->cert << " https://localhost:8443/\n";
+    return 0;
   }
 
   if (check->parsed()) {
