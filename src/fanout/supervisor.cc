@@ -187,10 +187,23 @@ void Supervisor::spawn(int index) {
       ctx.listen_fds.push_back(fd.get());
       keep.push_back(fd.get());
     }
+    if (const auto& quic = options_.quic; quic && index < quic->slots()) {
+      for (auto& fd : quic->udp[static_cast<size_t>(index)]) {
+        ctx.udp_fds.push_back(fd.get());
+        keep.push_back(fd.get());
+      }
+      ctx.forward_rx = quic->forward_rx[static_cast<size_t>(index)].get();
+      keep.push_back(ctx.forward_rx);
+      for (auto& fd : quic->forward_tx) {
+        ctx.forward_tx.push_back(fd.get());
+        keep.push_back(fd.get());
+      }
+    }
     // Close everything else we inherited: the epoll and signal fds, pidfds, other slots' sockets.
     std::sort(keep.begin(), keep.end());
     unsigned next = 0;
     for (int fd : keep) {
+      if (fd < 0) continue;
       if (static_cast<unsigned>(fd) > next) close_range(next, static_cast<unsigned>(fd) - 1, 0);
       next = static_cast<unsigned>(fd) + 1;
     }
@@ -287,7 +300,8 @@ void Supervisor::on_child_exit(Child* child, int code, int signo) {
   if (current && !asked && !respawn) {
     // Not respawned: take the slot's sockets out of the reuseport group, or the kernel would keep
     // hashing new connections to a socket nobody accepts from. (What it had queued is reset.) A
-    // later generation binds the slot again.
+    // later generation binds the slot again. Its QUIC sockets stay: they belong to the slot for
+    // the supervisor's whole life (their group and BPF sockarray must not change).
     for (auto& fd : listeners_->slots[static_cast<size_t>(child->slot)]) fd.reset();
     log_.warn("slot_closed", "slot={} reason=\"{}\"", child->slot, how);
   } else if (current) {
@@ -364,6 +378,7 @@ void Supervisor::terminate() {
   };
   close_set(listeners_);
   for (auto& c : children_) close_set(c->listeners);
+  if (options_.quic) options_.quic->close();  // the processes keep their copies while they drain
   log_.info("terminate", "processes={}", children_.size());
   kill_all(SIGTERM, false);
   stop_deadline_.arm_after(options_.stop_timeout_ms);

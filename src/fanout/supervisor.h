@@ -35,6 +35,7 @@
 #include "core/message_link.h"
 #include "core/socket.h"
 #include "core/unique_fd.h"
+#include "fanout/quic_sockets.h"
 
 namespace corral::fanout {
 
@@ -56,6 +57,11 @@ struct ChildContext {
   int cpu = -1;  // -1: not pinned
   uint64_t generation = 0;
   std::vector<int> listen_fds;  // this slot's sockets, one per address (owned by the child)
+  // QUIC (empty without SupervisorOptions::quic): this slot's UDP sockets, one per QUIC address;
+  // this slot's forwarding socket (read end); every slot's forwarding write end, by slot.
+  std::vector<int> udp_fds;
+  int forward_rx = -1;
+  std::vector<int> forward_tx;
   int ready_fd = -1;
   int link_fd = -1;  // SOCK_SEQPACKET to the supervisor (resolve addresses, later counters)
   // Tells the supervisor this process is serving (listeners adopted, routes published).
@@ -74,6 +80,9 @@ struct SupervisorOptions {
   uint32_t backoff_min_ms = 100;
   uint32_t backoff_max_ms = 30'000;
   uint32_t stop_timeout_ms = 20'000;  // after SIGTERM, SIGKILL what is left
+  // QUIC sockets (make_quic_sockets with `processes` slots), or null. Unlike the ListenerSet they
+  // never change with a reload: every generation and every respawn gets the same ones.
+  std::shared_ptr<QuicSockets> quic;
 };
 
 struct SlotState {

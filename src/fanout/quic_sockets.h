@@ -1,0 +1,50 @@
+// QUIC sockets of a fan-out: per QUIC address one UDP reuseport group with a socket per slot, and
+// per slot an AF_UNIX datagram socketpair for forwarding misrouted datagrams to their owner.
+//
+// Made by the supervisor before it forks and kept open for its whole life (closed only when it
+// terminates): a respawned process gets the very same sockets, so the reuseport group never
+// changes (the BPF sockarray's slot i stays socket i, the kernel hash never reshuffles) and what
+// the kernel queued for a dead process waits for its replacement. A SIGHUP generation keeps them
+// too (they are not part of the ListenerSet a reload may replace). The fan-out knows nothing of
+// QUIC itself: the steering program is loaded on these sockets by the quic component, called
+// from the cli (quic/steering_setup.h), and kept alive through `steering` below.
+//
+// Layout: udp[slot][address], forward_rx[slot] (the owner reads), forward_tx[slot] (every process
+// writes). Both ends of every pair stay here, so a send to a dead process's pair queues (or, when
+// full, drops) instead of failing.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/result.h"
+#include "core/socket.h"
+#include "core/unique_fd.h"
+
+namespace corral::fanout {
+
+struct QuicSocketOptions {
+  int udp_buffer = 4 << 20;      // SO_RCVBUF/SO_SNDBUF (FORCE variants when privileged)
+  int forward_buffer = 1 << 20;  // the pairs' SO_SNDBUF/SO_RCVBUF
+};
+
+struct QuicSockets {
+  std::vector<core::SocketAddress> addresses;    // as bound (port 0 resolved)
+  std::vector<std::vector<core::UniqueFd>> udp;  // udp[slot][address]
+  std::vector<core::UniqueFd> forward_rx;        // per slot
+  std::vector<core::UniqueFd> forward_tx;        // per slot
+  std::shared_ptr<void> steering;                // opaque: what the cli loaded on these sockets
+
+  int slots() const { return static_cast<int>(udp.size()); }
+  // One reuseport group: address `a`'s sockets in slot order (for the BPF sockarray).
+  std::vector<int> group(size_t a) const;
+  void close();
+};
+
+// Binds every address once per slot (SO_REUSEPORT, in slot order; a port 0 is resolved by slot 0
+// and shared by the others) with IP_PKTINFO/IPV6_RECVPKTINFO, IP_RECVTOS/IPV6_RECVTCLASS, path MTU
+// probing and large buffers, and makes the forwarding pairs. All non-blocking and close-on-exec.
+core::Result<QuicSockets> make_quic_sockets(const std::vector<core::SocketAddress>& addresses,
+                                            int slots, const QuicSocketOptions& options = {});
+
+}  // namespace corral::fanout
