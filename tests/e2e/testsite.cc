@@ -12,6 +12,7 @@
 //   GET /whoami        the principal ("Authorization: Bearer t" -> tester) or "anonymous"
 //   GET /wrapped/*     answered by a wrap's before; every /wrapped/ response gets X-Wrapped
 //   GET /html          an HTML page that uses its CSP nonce
+//   GET /scheme        the request's scheme ("http" or "https")
 //   /ws/echo           WebSocket echo (text and binary); subprotocols "echo.v2", "echo.v1";
 //                      allowed extra origin http://allowed.example
 //   /ws/chat/{room}    WebSocket broadcast to every socket of the room
@@ -127,6 +128,8 @@ int main(int argc, char** argv) {
     ++canary_runs;
     return http::Response::text("canary\n");
   });
+  site.route("GET /scheme",
+             [](http::Request& req) { return http::Response::text(std::string(req.scheme)); });
   site.route("GET /canary/count",
              [&](http::Request&) { return http::Response::text(std::to_string(canary_runs)); });
   site.route("GET /slow", [](http::Request& req) {
