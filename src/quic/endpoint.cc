@@ -1,0 +1,707 @@
+#include "quic/endpoint.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <gnutls/crypto.h>
+#include <netinet/in.h>
+#include <netinet/ip.h>
+#include <netinet/udp.h>
+#include <ngtcp2/ngtcp2_crypto.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include <algorithm>
+
+#include "quic/forward.h"
+#include "quic/h3_connection.h"
+#include "quic/steering.h"
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+
+namespace corral::quic {
+
+static_assert(NGTCP2_VERSION_NUM == 0x000c01, "built for ngtcp2 0.12.1 (Debian 12)");
+static_assert(NGHTTP3_VERSION_NUM == 0x000800, "built for nghttp3 0.8.0 (Debian 12)");
+
+namespace {
+
+constexpr size_t kBatch = 32;             // datagrams per recvmmsg
+constexpr size_t kMaxDatagram = 65536;    // what one recvmmsg slot holds (no GRO)
+constexpr int kMaxBatchesPerWakeup = 16;  // then let other sockets and timers run
+constexpr int kSocketBuffer = 4 << 20;    // SO_RCVBUF / SO_SNDBUF asked for (capped by sysctl)
+// How old a Retry token may be: one round trip, generously.
+constexpr uint64_t kRetryTokenTimeoutNs = 10ull * NGTCP2_SECONDS;
+constexpr uint64_t kRegularTokenTimeoutNs = 3600ull * NGTCP2_SECONDS;
+constexpr uint32_t kTickMs = 20;
+
+uint64_t clock_ns(clockid_t id) {
+  timespec ts;
+  clock_gettime(id, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+const ngtcp2_sockaddr* sa(const core::SocketAddress& a) {
+  return reinterpret_cast<const ngtcp2_sockaddr*>(&a.storage);
+}
+
+bool same_ip(const core::SocketAddress& a, const core::SocketAddress& b) {
+  if (a.family() != b.family()) return false;
+  if (a.family() == AF_INET)
+    return reinterpret_cast<const sockaddr_in*>(&a.storage)->sin_addr.s_addr ==
+           reinterpret_cast<const sockaddr_in*>(&b.storage)->sin_addr.s_addr;
+  return memcmp(&reinterpret_cast<const sockaddr_in6*>(&a.storage)->sin6_addr,
+                &reinterpret_cast<const sockaddr_in6*>(&b.storage)->sin6_addr, 16) == 0;
+}
+
+// (context.h's steering_name lives with the steering code; the log line needs only this.)
+const char* mode_name(SteeringMode m) {
+  switch (m) {
+    case SteeringMode::kBpf:
+      return "bpf";
+    case SteeringMode::kForward:
+      return "forward";
+    case SteeringMode::kOff:
+      return "off";
+  }
+  return "?";
+}
+
+bool is_wildcard(const core::SocketAddress& a) {
+  if (a.family() == AF_INET)
+    return reinterpret_cast<const sockaddr_in*>(&a.storage)->sin_addr.s_addr == INADDR_ANY;
+  const auto& in6 = reinterpret_cast<const sockaddr_in6*>(&a.storage)->sin6_addr;
+  return memcmp(&in6, &in6addr_any, sizeof in6) == 0;
+}
+
+}  // namespace
+
+uint64_t now_ns() {
+  return clock_ns(CLOCK_MONOTONIC);
+}
+uint64_t wall_ns() {
+  return clock_ns(CLOCK_REALTIME);
+}
+
+struct Endpoint::Socket final : core::IoHandler {
+  Endpoint* ep = nullptr;
+  int fd = -1;
+  core::SocketAddress local;
+  bool want_out = false;
+  void on_io(uint32_t events) override {
+    if (events & EPOLLOUT) ep->on_writable(*this);
+    if (events & (EPOLLIN | EPOLLERR)) ep->on_readable(*this);
+  }
+};
+
+struct Endpoint::ForwardSocket final : core::IoHandler {
+  Endpoint* ep = nullptr;
+  int fd = -1;
+  void on_io(uint32_t) override { ep->on_forwarded(); }
+};
+
+Endpoint::Endpoint(http::Server& tcp, ProcessContext ctx, Http3Options options)
+    : tcp_(tcp),
+      loop_(tcp.loop()),
+      ctx_(std::move(ctx)),
+      options_(options),
+      close_timer_(loop_.timers(), nullptr),
+      tick_(loop_.timers(), nullptr) {
+  close_timer_.bind(loop_.timers(), [this] {
+    std::vector<H3Connection*> all;
+    for (auto& [c, owned] : conns_) all.push_back(c);
+    for (auto* c : all) c->close_now();
+    maybe_finish_close();
+  });
+  tick_.bind(loop_.timers(), [this] { drain_tick(); });
+}
+
+Endpoint::~Endpoint() {
+  for (auto& s : sockets_) loop_.remove(s->fd);
+  if (forward_) loop_.remove(forward_->fd);
+  dirty_.clear();
+  blocked_.clear();
+  conns_.clear();
+}
+
+core::Result<void> Endpoint::start() {
+  if (!ctx_.secrets) return core::Error{EINVAL, "quic: no secrets in the process context"};
+  if (!ctx_.credentials) return core::Error{EINVAL, "quic: no TLS credentials"};
+  if (ctx_.udp_fds.empty()) return core::Error{EINVAL, "quic: no UDP socket"};
+  rx_buf_.resize(kBatch * kMaxDatagram);
+  for (int fd : ctx_.udp_fds) {
+    auto s = std::make_unique<Socket>();
+    s->ep = this;
+    s->fd = fd;
+    auto local = core::local_address(fd);
+    if (!local) return local.error();
+    s->local = local.value();
+    int one = 1;
+    int family = s->local.family();
+    (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    if (family == AF_INET) {
+      // Local address per datagram (wildcard binds), ECN from the TOS byte, DF set so that
+      // ngtcp2's path MTU discovery probes are not fragmented.
+      if (setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof one) != 0)
+        return core::errno_error("setsockopt(IP_PKTINFO)");
+      (void)setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof one);
+      int pmtu = IP_PMTUDISC_DO;
+      (void)setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu);
+    } else if (family == AF_INET6) {
+      if (setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &one, sizeof one) != 0)
+        return core::errno_error("setsockopt(IPV6_RECVPKTINFO)");
+      (void)setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &one, sizeof one);
+      int pmtu = IPV6_PMTUDISC_DO;
+      (void)setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &pmtu, sizeof pmtu);
+    } else {
+      return core::Error{EINVAL, "quic: UDP socket is neither IPv4 nor IPv6"};
+    }
+    int buf = kSocketBuffer;
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+    (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
+    if (auto r = loop_.add(fd, EPOLLIN, s.get()); !r) return r.error();
+    sockets_.push_back(std::move(s));
+  }
+  if (ctx_.forward_rx >= 0) {
+    forward_ = std::make_unique<ForwardSocket>();
+    forward_->ep = this;
+    forward_->fd = ctx_.forward_rx;
+    (void)fcntl(ctx_.forward_rx, F_SETFL, fcntl(ctx_.forward_rx, F_GETFL) | O_NONBLOCK);
+    if (auto r = loop_.add(ctx_.forward_rx, EPOLLIN, forward_.get()); !r) return r.error();
+  }
+  log().info("quic_listening", "slot={} steering={} sockets={} retry={}", ctx_.slot,
+             mode_name(ctx_.mode), sockets_.size(),
+             options_.retry == RetryMode::kOn    ? "on"
+             : options_.retry == RetryMode::kOff ? "off"
+                                                 : "auto");
+  return {};
+}
+
+std::string Endpoint::server_key(const uint8_t* cid, size_t len) {
+  std::string k(1, 'S');
+  k.append(reinterpret_cast<const char*>(cid), len);
+  return k;
+}
+
+std::string Endpoint::client_key(const uint8_t* cid, size_t len, const core::SocketAddress& peer) {
+  std::string k(1, 'C');
+  k.append(reinterpret_cast<const char*>(cid), len);
+  k.append(reinterpret_cast<const char*>(&peer.storage), peer.len);
+  return k;
+}
+
+bool Endpoint::link(const std::string& key, H3Connection* c) {
+  return table_.emplace(key, c).second;
+}
+
+void Endpoint::unlink(const std::string& key, H3Connection* c) {
+  auto it = table_.find(key);
+  if (it != table_.end() && it->second == c) table_.erase(it);
+}
+
+bool Endpoint::cid_taken(const uint8_t* cid, size_t len) const {
+  return table_.count(server_key(cid, len)) != 0;
+}
+
+Endpoint::Socket* Endpoint::socket_for(const core::SocketAddress& local) {
+  for (auto& s : sockets_) {
+    if (s->local.family() != local.family() || s->local.port() != local.port()) continue;
+    if (is_wildcard(s->local) || same_ip(s->local, local)) return s.get();
+  }
+  return nullptr;
+}
+
+// ----------------------------------------------------------------------------------------------
+// Receiving
+
+void Endpoint::on_readable(Socket& s) {
+  mmsghdr msgs[kBatch];
+  iovec iovs[kBatch];
+  sockaddr_storage names[kBatch];
+  alignas(cmsghdr) char ctrl[kBatch][128];
+  for (int round = 0; round < kMaxBatchesPerWakeup; ++round) {
+    for (size_t i = 0; i < kBatch; ++i) {
+      iovs[i].iov_base = rx_buf_.data() + i * kMaxDatagram;
+      iovs[i].iov_len = kMaxDatagram;
+      memset(&msgs[i], 0, sizeof msgs[i]);
+      msgs[i].msg_hdr.msg_name = &names[i];
+      msgs[i].msg_hdr.msg_namelen = sizeof names[i];
+      msgs[i].msg_hdr.msg_iov = &iovs[i];
+      msgs[i].msg_hdr.msg_iovlen = 1;
+      msgs[i].msg_hdr.msg_control = ctrl[i];
+      msgs[i].msg_hdr.msg_controllen = sizeof ctrl[i];
+    }
+    int n = recvmmsg(s.fd, msgs, kBatch, MSG_DONTWAIT, nullptr);
+    if (n <= 0) return;
+    for (int i = 0; i < n; ++i) {
+      auto& h = msgs[i].msg_hdr;
+      if (h.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+        ++stats_.packets_in;
+        ++stats_.dropped;
+        continue;
+      }
+      Datagram d;
+      d.data = rx_buf_.data() + static_cast<size_t>(i) * kMaxDatagram;
+      d.len = msgs[i].msg_len;
+      d.remote.len = h.msg_namelen;
+      memcpy(&d.remote.storage, &names[i], h.msg_namelen);
+      d.local = s.local;
+      for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c)) {
+        if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
+          in_pktinfo pi;
+          memcpy(&pi, CMSG_DATA(c), sizeof pi);
+          reinterpret_cast<sockaddr_in*>(&d.local.storage)->sin_addr = pi.ipi_addr;
+        } else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS) {
+          d.ecn = *reinterpret_cast<const uint8_t*>(CMSG_DATA(c)) & 0x3;
+        } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
+          in6_pktinfo pi;
+          memcpy(&pi, CMSG_DATA(c), sizeof pi);
+          reinterpret_cast<sockaddr_in6*>(&d.local.storage)->sin6_addr = pi.ipi6_addr;
+        } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS) {
+          int tclass;
+          memcpy(&tclass, CMSG_DATA(c), sizeof tclass);
+          d.ecn = static_cast<uint8_t>(tclass & 0x3);
+        }
+      }
+      process(s, d);
+    }
+    if (static_cast<size_t>(n) < kBatch) return;
+  }
+}
+
+void Endpoint::on_forwarded() {
+  uint8_t buf[kMaxDatagram + 512];
+  for (int i = 0; i < 64; ++i) {
+    ssize_t n = recv(forward_->fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    ForwardHeader h;
+    Datagram d;
+    if (!decode_forwarded(buf, static_cast<size_t>(n), h, &d.data, &d.len)) {
+      ++stats_.dropped;
+      continue;
+    }
+    d.local = h.local;
+    d.remote = h.remote;
+    d.ecn = h.ecn;
+    d.forwarded = true;
+    Socket* s = socket_for(d.local);
+    if (!s) {
+      ++stats_.dropped;
+      continue;
+    }
+    ++stats_.forwarded_in;
+    process(*s, d);
+  }
+}
+
+void Endpoint::process(Socket& s, const Datagram& d) {
+  ++stats_.packets_in;
+  ngtcp2_version_cid vc;
+  int rv = ngtcp2_pkt_decode_version_cid(&vc, d.data, d.len, kCidLength);
+  if (rv == NGTCP2_ERR_VERSION_NEGOTIATION) {
+    send_version_negotiation(s, d, vc);
+    return;
+  }
+  if (rv != 0) {
+    ++stats_.dropped;
+    return;
+  }
+  // Steering: a datagram the kernel gave to the wrong process goes to its owner, once.
+  if (!d.forwarded && ctx_.mode != SteeringMode::kOff && ctx_.key.slots > 1) {
+    int owner = packet_owner(d.data, d.len, ctx_.key);
+    if (owner != kNoOwner && owner != ctx_.slot) {
+      ForwardHeader h{d.local, d.remote, d.ecn};
+      if (static_cast<size_t>(owner) < ctx_.forward_tx.size() && ctx_.forward_tx[owner] >= 0 &&
+          forward_datagram(ctx_.forward_tx[owner], h, d.data, d.len)) {
+        ++stats_.forwarded_out;
+      } else {
+        ++stats_.dropped;
+      }
+      return;
+    }
+  }
+  const bool ours = cid_is_ours(vc.dcid, vc.dcidlen, ctx_.key.tag);
+  std::string key =
+      ours ? server_key(vc.dcid, vc.dcidlen) : client_key(vc.dcid, vc.dcidlen, d.remote);
+  if (auto it = table_.find(key); it != table_.end()) {
+    it->second->on_datagram(d);
+    return;
+  }
+  if (vc.version == 0) {
+    // A short header for a connection we do not have: ours (a process that died had it, or it
+    // timed out) gets a stateless reset; anything else is noise.
+    if (ours) {
+      send_stateless_reset(s, d, vc.dcid, vc.dcidlen);
+    } else {
+      ++stats_.dropped;
+    }
+    return;
+  }
+  handle_new(s, d, vc);
+}
+
+bool Endpoint::retry_required() {
+  switch (options_.retry) {
+    case RetryMode::kOn:
+      return true;
+    case RetryMode::kOff:
+      return false;
+    case RetryMode::kAuto:
+      break;
+  }
+  return initials_in_window_ > options_.retry_auto_initials_per_sec;
+}
+
+void Endpoint::handle_new(Socket& s, const Datagram& d, const ngtcp2_version_cid& vc) {
+  (void)vc;
+  if (closing_) {
+    ++stats_.dropped;
+    return;
+  }
+  ngtcp2_pkt_hd hd;
+  int rv = ngtcp2_accept(&hd, d.data, d.len);
+  if (rv == NGTCP2_ERR_RETRY) {
+    // 0.12: 0-RTT before any Initial; answer with Retry (no state).
+    send_retry(s, d, hd);
+    return;
+  }
+  if (rv != 0) {
+    ++stats_.dropped;
+    return;
+  }
+  if (conns_.size() >= options_.max_connections) {
+    ++stats_.dropped;
+    return;
+  }
+  uint64_t sec = loop_.now() / 1000;
+  if (sec != initial_window_s_) {
+    initial_window_s_ = sec;
+    initials_in_window_ = 0;
+  }
+  ++initials_in_window_;
+
+  ngtcp2_cid odcid = hd.dcid;
+  bool retried = false, validated = false;
+  ngtcp2_vec token{nullptr, 0};
+  if (hd.token.len > 0) {
+    if (hd.token.base[0] == NGTCP2_CRYPTO_TOKEN_MAGIC_RETRY) {
+      if (ngtcp2_crypto_verify_retry_token(&odcid, hd.token.base, hd.token.len, secret(),
+                                           kSecretLen, hd.version, sa(d.remote), d.remote.len,
+                                           &hd.dcid, kRetryTokenTimeoutNs, wall_ns()) != 0) {
+        send_invalid_token(s, d, hd);
+        return;
+      }
+      retried = validated = true;
+    } else if (hd.token.base[0] == NGTCP2_CRYPTO_TOKEN_MAGIC_REGULAR) {
+      if (ngtcp2_crypto_verify_regular_token(hd.token.base, hd.token.len, secret(), kSecretLen,
+                                             sa(d.remote), d.remote.len, kRegularTokenTimeoutNs,
+                                             wall_ns()) == 0) {
+        validated = true;
+        token = hd.token;
+      }
+    }
+  }
+  if (!validated && retry_required()) {
+    send_retry(s, d, hd);
+    return;
+  }
+  auto c = H3Connection::accept(*this, d, hd, odcid, retried, token);
+  if (!c) {
+    ++stats_.dropped;
+    return;
+  }
+  H3Connection* raw = c.get();
+  conns_.emplace(raw, std::move(c));
+  stats_.connections_active = conns_.size();
+  raw->on_datagram(d);
+}
+
+void Endpoint::send_raw(Socket& s, const Datagram& d, const uint8_t* data, size_t len) {
+  (void)s;
+  ++stats_.packets_out;
+  (void)send(d.local, d.remote, 0, data, len, 0);
+}
+
+void Endpoint::send_version_negotiation(Socket& s, const Datagram& d,
+                                        const ngtcp2_version_cid& vc) {
+  if (d.forwarded && false) return;
+  uint8_t buf[NGTCP2_MAX_UDP_PAYLOAD_SIZE];
+  uint8_t rnd;
+  (void)gnutls_rnd(GNUTLS_RND_NONCE, &rnd, 1);
+  const uint32_t versions[] = {NGTCP2_PROTO_VER_V1};
+  auto n = ngtcp2_pkt_write_version_negotiation(buf, sizeof buf, rnd, vc.scid, vc.scidlen, vc.dcid,
+                                                vc.dcidlen, versions, 1);
+  if (n > 0) send_raw(s, d, buf, static_cast<size_t>(n));
+}
+
+void Endpoint::send_retry(Socket& s, const Datagram& d, const ngtcp2_pkt_hd& hd) {
+  ngtcp2_cid scid;
+  scid.datalen = kCidLength;
+  // Tagged with our slot: the client's next Initial carries it and is steered back here.
+  make_cid(scid.data, static_cast<uint32_t>(ctx_.slot), ctx_.key.tag);
+  uint8_t token[NGTCP2_CRYPTO_MAX_RETRY_TOKENLEN];
+  auto tokenlen =
+      ngtcp2_crypto_generate_retry_token(token, secret(), kSecretLen, hd.version, sa(d.remote),
+                                         d.remote.len, &scid, &hd.dcid, wall_ns());
+  if (tokenlen < 0) return;
+  uint8_t buf[NGTCP2_MAX_UDP_PAYLOAD_SIZE];
+  auto n = ngtcp2_crypto_write_retry(buf, sizeof buf, hd.version, &hd.scid, &scid, &hd.dcid, token,
+                                     static_cast<size_t>(tokenlen));
+  if (n <= 0) return;
+  ++stats_.retries_sent;
+  send_raw(s, d, buf, static_cast<size_t>(n));
+}
+
+void Endpoint::send_invalid_token(Socket& s, const Datagram& d, const ngtcp2_pkt_hd& hd) {
+  uint8_t buf[NGTCP2_MAX_UDP_PAYLOAD_SIZE];
+  auto n = ngtcp2_crypto_write_connection_close(buf, sizeof buf, hd.version, &hd.scid, &hd.dcid,
+                                                NGTCP2_INVALID_TOKEN, nullptr, 0);
+  if (n > 0) send_raw(s, d, buf, static_cast<size_t>(n));
+}
+
+void Endpoint::send_stateless_reset(Socket& s, const Datagram& d, const uint8_t* dcid,
+                                    size_t dcidlen) {
+  uint64_t sec = loop_.now() / 1000;
+  if (sec != reset_window_s_) {
+    reset_window_s_ = sec;
+    resets_in_window_ = 0;
+  }
+  if (resets_in_window_ >= options_.stateless_resets_per_sec) {
+    ++stats_.dropped;
+    return;
+  }
+  // RFC 9000 §10.3.3: smaller than the packet that triggered it (two endpoints can never loop),
+  // and at most 1 + 42 random bytes + the 16-byte token.
+  size_t total = std::min<size_t>(d.len - 1, 59);
+  if (total < 1 + NGTCP2_MIN_STATELESS_RESET_RANDLEN + NGTCP2_STATELESS_RESET_TOKENLEN) {
+    ++stats_.dropped;
+    return;
+  }
+  size_t randlen = total - 1 - NGTCP2_STATELESS_RESET_TOKENLEN;
+  ngtcp2_cid cid;
+  ngtcp2_cid_init(&cid, dcid, dcidlen);
+  uint8_t token[NGTCP2_STATELESS_RESET_TOKENLEN];
+  if (ngtcp2_crypto_generate_stateless_reset_token(token, secret(), kSecretLen, &cid) != 0) return;
+  uint8_t rnd[64];
+  (void)gnutls_rnd(GNUTLS_RND_NONCE, rnd, randlen);
+  uint8_t buf[128];
+  auto n = ngtcp2_pkt_write_stateless_reset(buf, sizeof buf, token, rnd, randlen);
+  if (n <= 0) return;
+  ++resets_in_window_;
+  ++stats_.stateless_resets;
+  send_raw(s, d, buf, static_cast<size_t>(n));
+}
+
+// ----------------------------------------------------------------------------------------------
+// Sending
+
+Endpoint::SendResult Endpoint::send(const core::SocketAddress& local,
+                                    const core::SocketAddress& remote, uint8_t ecn,
+                                    const uint8_t* data, size_t len, size_t gso) {
+  Socket* s = socket_for(local);
+  if (!s) {
+    if (sockets_.empty()) return SendResult::kFailed;
+    s = sockets_.front().get();
+  }
+  if (gso && (!gso_ || len <= gso)) {
+    if (len > gso && !gso_) {
+      // No GSO: one datagram per call.
+      for (size_t off = 0; off < len; off += gso) {
+        auto r = send(local, remote, ecn, data + off, std::min(gso, len - off), 0);
+        if (r == SendResult::kBlocked && off == 0) return r;
+        if (r != SendResult::kSent) return SendResult::kSent;  // the rest is lost; QUIC recovers
+      }
+      return SendResult::kSent;
+    }
+    gso = 0;
+  }
+  iovec iov{const_cast<uint8_t*>(data), len};
+  msghdr msg{};
+  msg.msg_name = const_cast<sockaddr_storage*>(&remote.storage);
+  msg.msg_namelen = remote.len;
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(in6_pktinfo)) + CMSG_SPACE(sizeof(int)) +
+                             CMSG_SPACE(sizeof(uint16_t))];
+  memset(ctrl, 0, sizeof ctrl);
+  msg.msg_control = ctrl;
+  msg.msg_controllen = sizeof ctrl;
+  size_t used = 0;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  // Source address: the one the client sent to (wildcard binds have several).
+  if (local.family() == AF_INET) {
+    c->cmsg_level = IPPROTO_IP;
+    c->cmsg_type = IP_PKTINFO;
+    c->cmsg_len = CMSG_LEN(sizeof(in_pktinfo));
+    in_pktinfo pi{};
+    pi.ipi_spec_dst = reinterpret_cast<const sockaddr_in*>(&local.storage)->sin_addr;
+    memcpy(CMSG_DATA(c), &pi, sizeof pi);
+    used += CMSG_SPACE(sizeof(in_pktinfo));
+  } else {
+    c->cmsg_level = IPPROTO_IPV6;
+    c->cmsg_type = IPV6_PKTINFO;
+    c->cmsg_len = CMSG_LEN(sizeof(in6_pktinfo));
+    in6_pktinfo pi{};
+    pi.ipi6_addr = reinterpret_cast<const sockaddr_in6*>(&local.storage)->sin6_addr;
+    memcpy(CMSG_DATA(c), &pi, sizeof pi);
+    used += CMSG_SPACE(sizeof(in6_pktinfo));
+  }
+  if (ecn) {
+    msg.msg_controllen = used + CMSG_SPACE(sizeof(int));
+    c = CMSG_NXTHDR(&msg, c);
+    int tos = ecn;
+    c->cmsg_level = local.family() == AF_INET ? IPPROTO_IP : IPPROTO_IPV6;
+    c->cmsg_type = local.family() == AF_INET ? IP_TOS : IPV6_TCLASS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &tos, sizeof tos);
+    used += CMSG_SPACE(sizeof(int));
+  }
+  if (gso) {
+    msg.msg_controllen = used + CMSG_SPACE(sizeof(uint16_t));
+    c = CMSG_NXTHDR(&msg, c);
+    uint16_t seg = static_cast<uint16_t>(gso);
+    c->cmsg_level = SOL_UDP;
+    c->cmsg_type = UDP_SEGMENT;
+    c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+    memcpy(CMSG_DATA(c), &seg, sizeof seg);
+    used += CMSG_SPACE(sizeof(uint16_t));
+  }
+  msg.msg_controllen = used;
+  for (;;) {
+    ssize_t n = sendmsg(s->fd, &msg, 0);
+    if (n >= 0) return SendResult::kSent;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return SendResult::kBlocked;
+    if (gso && (errno == EIO || errno == EINVAL || errno == ENOPROTOOPT)) {
+      // The device cannot segment (no checksum offload): one datagram per call from now on.
+      gso_ = false;
+      log().info("quic_gso_off", "error=\"{}\"", strerror(errno));
+      return send(local, remote, ecn, data, len, gso);
+    }
+    log().debug("quic_send_failed", "remote={} error=\"{}\"", remote.to_string(), strerror(errno));
+    return SendResult::kFailed;
+  }
+}
+
+void Endpoint::wait_writable(H3Connection* c) {
+  if (std::find(blocked_.begin(), blocked_.end(), c) == blocked_.end()) blocked_.push_back(c);
+  for (auto& s : sockets_) {
+    if (s->want_out) continue;
+    s->want_out = true;
+    (void)loop_.modify(s->fd, EPOLLIN | EPOLLOUT, s.get());
+  }
+}
+
+void Endpoint::on_writable(Socket& s) {
+  (void)s;
+  for (auto& sock : sockets_) {
+    if (!sock->want_out) continue;
+    sock->want_out = false;
+    (void)loop_.modify(sock->fd, EPOLLIN, sock.get());
+  }
+  auto list = std::move(blocked_);
+  blocked_.clear();
+  for (auto* c : list)
+    if (conns_.count(c) && !c->finished()) c->on_writable();
+}
+
+void Endpoint::schedule_write(H3Connection* c) {
+  if (std::find(dirty_.begin(), dirty_.end(), c) == dirty_.end()) dirty_.push_back(c);
+  if (flush_scheduled_) return;
+  flush_scheduled_ = true;
+  loop_.defer([this] { flush_writes(); });
+}
+
+void Endpoint::flush_writes() {
+  flush_scheduled_ = false;
+  auto list = std::move(dirty_);
+  dirty_.clear();
+  for (auto* c : list)
+    if (conns_.count(c) && !c->finished()) c->write();
+  // Parked requests (no site yet) and graceful close are driven by the tick.
+  for (auto& [c, owned] : conns_) {
+    if (c->parked_any()) {
+      if (!tick_.armed()) tick_.arm_after(kTickMs);
+      break;
+    }
+  }
+}
+
+void Endpoint::remove(H3Connection* c) {
+  auto it = conns_.find(c);
+  if (it == conns_.end()) return;
+  for (const auto& k : c->keys()) unlink(k, c);
+  c->keys().clear();
+  dirty_.erase(std::remove(dirty_.begin(), dirty_.end(), c), dirty_.end());
+  blocked_.erase(std::remove(blocked_.begin(), blocked_.end(), c), blocked_.end());
+  loop_.destroy_later(std::move(it->second));
+  conns_.erase(it);
+  stats_.connections_active = conns_.size();
+  maybe_finish_close();
+}
+
+// ----------------------------------------------------------------------------------------------
+// Graceful close
+
+void Endpoint::close(std::function<void()> done) {
+  if (closing_) {
+    if (done) done();
+    return;
+  }
+  closing_ = true;
+  close_done_ = std::move(done);
+  close_started_ms_ = loop_.now();
+  // Step 1: the shutdown notice (a GOAWAY with the largest id: "no new requests soon").
+  for (auto& [c, owned] : conns_) c->shutdown_notice();
+  close_timer_.arm_after(tcp_.options().close_timeout_ms);
+  tick_.arm_after(kTickMs);
+  log().info("quic_closing", "connections={}", conns_.size());
+  maybe_finish_close();
+}
+
+void Endpoint::drain_tick() {
+  uint64_t now = loop_.now();
+  std::vector<H3Connection*> all;
+  for (auto& [c, owned] : conns_) all.push_back(c);
+  bool parked = false;
+  for (auto* c : all) {
+    if (!conns_.count(c)) continue;
+    if (c->parked_any()) {
+      c->tick_parked(now);
+      parked = parked || c->parked_any();
+    }
+  }
+  if (closing_) {
+    // Step 2, after about a round trip (100 ms): GOAWAY with the last stream id actually
+    // accepted; step 3: connections whose streams are done get CONNECTION_CLOSE(H3_NO_ERROR).
+    if (now - close_started_ms_ >= 100) {
+      for (auto* c : all) {
+        if (!conns_.count(c)) continue;
+        c->goaway();
+      }
+    }
+    if (now - close_started_ms_ >= 200) {
+      for (auto* c : all) {
+        if (conns_.count(c) && !c->has_streams()) c->close_now();
+      }
+    }
+  }
+  if (closing_ ? !conns_.empty() : parked) tick_.arm_after(kTickMs);
+}
+
+void Endpoint::maybe_finish_close() {
+  if (!closing_ || !conns_.empty() || !close_done_) return;
+  close_timer_.cancel();
+  tick_.cancel();
+  auto done = std::move(close_done_);
+  close_done_ = nullptr;
+  log().info("quic_closed", "handshakes={} requests={}", stats_.handshakes, stats_.requests);
+  loop_.defer(std::move(done));
+}
+
+void Endpoint::connection_idle_changed() {}
+
+}  // namespace corral::quic

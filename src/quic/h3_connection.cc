@@ -1,0 +1,1186 @@
+#include "quic/h3_connection.h"
+
+#include <fmt/format.h>
+#include <gnutls/crypto.h>
+#include <ngtcp2/ngtcp2_crypto_gnutls.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include "http/server.h"
+#include "http/site.h"
+#include "quic/steering.h"
+
+namespace corral::quic {
+
+namespace {
+
+// TLS 1.3 only, no middlebox-compatibility CCS (QUIC has none): what the ngtcp2 examples use.
+constexpr const char* kPriority =
+    "%DISABLE_TLS13_COMPAT_MODE:NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+AES-128-GCM:"
+    "+AES-256-GCM:+CHACHA20-POLY1305:+AES-128-CCM:-GROUP-ALL:+GROUP-X25519:+GROUP-SECP256R1:"
+    "+GROUP-SECP384R1:+GROUP-SECP521R1";
+
+// Response body chunks read from a file, and the stream producer's queue marks (the same as the
+// HTTP/1.1 connection's output queue).
+constexpr size_t kFileChunk = 64 * 1024;
+constexpr size_t kFileChunksPerRead = 4;
+constexpr uint64_t kHighWater = 256 * 1024;
+constexpr uint64_t kLowWater = 64 * 1024;
+// How long a NEW_TOKEN token lets a client skip Retry.
+constexpr uint64_t kRegularTokenTimeoutNs = 3600ull * NGTCP2_SECONDS;
+
+H3Connection* self(void* ud) {
+  return static_cast<H3Connection*>(ud);
+}
+
+RequestHead::Pseudo pseudo_of(int32_t token, std::string_view name) {
+  switch (token) {
+    case NGHTTP3_QPACK_TOKEN__METHOD:
+      return RequestHead::Pseudo::kMethod;
+    case NGHTTP3_QPACK_TOKEN__SCHEME:
+      return RequestHead::Pseudo::kScheme;
+    case NGHTTP3_QPACK_TOKEN__AUTHORITY:
+      return RequestHead::Pseudo::kAuthority;
+    case NGHTTP3_QPACK_TOKEN__PATH:
+      return RequestHead::Pseudo::kPath;
+    case NGHTTP3_QPACK_TOKEN__PROTOCOL:
+      return RequestHead::Pseudo::kProtocol;
+    default:
+      break;
+  }
+  if (!name.empty() && name[0] == ':') return RequestHead::Pseudo::kUnknown;
+  return RequestHead::Pseudo::kNone;
+}
+
+int alpn_hook(gnutls_session_t session, unsigned int, unsigned int, unsigned int,
+              const gnutls_datum_t*) {
+  gnutls_datum_t alpn;
+  if (gnutls_alpn_get_selected_protocol(session, &alpn) != 0) return -1;
+  if (alpn.size != 2 || memcmp(alpn.data, "h3", 2) != 0) return -1;
+  return 0;
+}
+
+ngtcp2_addr addr_of(const core::SocketAddress& a) {
+  ngtcp2_addr r;
+  r.addr = const_cast<ngtcp2_sockaddr*>(reinterpret_cast<const ngtcp2_sockaddr*>(&a.storage));
+  r.addrlen = a.len;
+  return r;
+}
+
+core::SocketAddress socket_address(const ngtcp2_addr& a) {
+  core::SocketAddress s;
+  s.len = std::min<socklen_t>(a.addrlen, sizeof s.storage);
+  memcpy(&s.storage, a.addr, s.len);
+  return s;
+}
+
+bool same_address(const core::SocketAddress& a, const ngtcp2_addr& b) {
+  return a.len == b.addrlen && memcmp(&a.storage, b.addr, a.len) == 0;
+}
+
+}  // namespace
+
+// ----------------------------------------------------------------------------------------------
+// H3Stream
+
+H3Stream::H3Stream(H3Connection& conn, int64_t id) : conn_(conn), id_(id) {
+  started_ms_ = conn.endpoint().loop().now();
+}
+
+H3Stream::~H3Stream() {
+  finish();
+}
+
+bool H3Stream::add_body(const uint8_t* data, size_t len) {
+  if (responded_) return false;
+  const auto& limits = conn_.endpoint().tcp().options().limits;
+  if (body_.size() + len > limits.max_body) {
+    respond_error(413, "request body too large");
+    // Stop reading: the response says it all (RFC 9114 §4.1.1, H3_NO_ERROR).
+    ngtcp2_conn_shutdown_stream_read(conn_.quic(), id_, NGHTTP3_H3_NO_ERROR);
+    return false;
+  }
+  body_.append(reinterpret_cast<const char*>(data), len);
+  return true;
+}
+
+void H3Stream::headers_done() {
+  head_complete_ = true;
+  // A declared body over the limit is refused before it is sent.
+  auto cl = head_.field("content-length");
+  uint64_t n = 0;
+  if (cl && std::from_chars(cl->data(), cl->data() + cl->size(), n).ec == std::errc() &&
+      n > conn_.endpoint().tcp().options().limits.max_body) {
+    ++conn_.endpoint().stats().requests;
+    if (!in_request_) {
+      in_request_ = true;
+      conn_.stream_request_started();
+    }
+    log_target_.assign("-");
+    respond_error(413, "request body too large");
+    ngtcp2_conn_shutdown_stream_read(conn_.quic(), id_, NGHTTP3_H3_NO_ERROR);
+  }
+}
+
+void H3Stream::request_done() {
+  if (responded_ || finished_) return;
+  dispatch();
+}
+
+void H3Stream::dispatch() {
+  auto& ep = conn_.endpoint();
+  auto& tcp = ep.tcp();
+  ++ep.stats().requests;
+  if (!in_request_) {
+    in_request_ = true;
+    conn_.stream_request_started();
+  }
+  req_.reset();
+  RequestHead::Limits limits;
+  limits.max_bytes = tcp.options().limits.max_head_bytes;
+  limits.max_fields = tcp.options().limits.max_headers;
+  if (int status = head_.build(req_, limits)) {
+    respond_error(status, head_.reason());
+    return;
+  }
+  req_.body = body_;
+  req_.loop = &ep.loop();
+  auto a = http::admit(req_, conn_.peer(), tcp.policy());
+  if (a.status) {
+    respond_error(a.status, a.reason);
+    return;
+  }
+  req_.scheme = "https";
+  if (!tcp.site()) {
+    parked_ = true;
+    park_deadline_ms_ = ep.loop().now() + tcp.options().ready_timeout_ms;
+    return;
+  }
+  site_ = tcp.site();
+  http::Response r = site_->handle(req_);
+  submit(r);
+}
+
+void H3Stream::retry_parked() {
+  if (!parked_ || finished_) return;
+  auto& tcp = conn_.endpoint().tcp();
+  if (!tcp.site()) {
+    if (conn_.endpoint().loop().now() >= park_deadline_ms_) park_expired();
+    return;
+  }
+  parked_ = false;
+  site_ = tcp.site();
+  http::Response r = site_->handle(req_);
+  submit(r);
+  conn_.schedule_write();
+}
+
+void H3Stream::park_expired() {
+  parked_ = false;
+  respond_error(503, "no site published within ready_timeout");
+  conn_.schedule_write();
+}
+
+void H3Stream::respond_error(int status, std::string_view reason) {
+  if (responded_) return;
+  auto& tcp = conn_.endpoint().tcp();
+  tcp.log().info("request_refused", "remote={} status={} reason=\"{}\" proto=h3",
+                 conn_.peer().text(), status, reason);
+  http::Response r = http::Response::status_only(status);
+  submit(r);
+}
+
+void H3Stream::submit_head(int status, const http::Response& r, std::string_view content_type,
+                           int64_t length, const FieldList* extra, bool with_body) {
+  auto& tcp = conn_.endpoint().tcp();
+  HeadDefaults d;
+  d.server_name = tcp.options().server_name;
+  d.date = tcp.date();
+  d.referrer_policy = tcp.options().referrer_policy;
+  std::string_view nonce = req_.has_csp_nonce() ? req_.csp_nonce() : std::string_view{};
+  FieldList fields;
+  response_head(status, r, content_type, length, extra, nonce, d, fields);
+  std::vector<nghttp3_nv> nva;
+  nva.reserve(fields.size());
+  for (const auto& [k, v] : fields) {
+    nghttp3_nv nv;
+    nv.name = reinterpret_cast<uint8_t*>(const_cast<char*>(k.data()));
+    nv.namelen = k.size();
+    nv.value = reinterpret_cast<uint8_t*>(const_cast<char*>(v.data()));
+    nv.valuelen = v.size();
+    nv.flags = NGHTTP3_NV_FLAG_NONE;  // nghttp3 copies name and value
+    nva.push_back(nv);
+  }
+  nghttp3_data_reader reader;
+  reader.read_data = nullptr;
+  if (with_body)
+    reader.read_data = [](nghttp3_conn* c, int64_t sid, nghttp3_vec* vec, size_t veccnt,
+                          uint32_t* pflags, void* ud, void* sud) {
+      (void)c;
+      (void)sid;
+      (void)ud;
+      if (!sud) return static_cast<nghttp3_ssize>(NGHTTP3_ERR_CALLBACK_FAILURE);
+      return static_cast<H3Stream*>(sud)->read_data(vec, veccnt, pflags);
+    };
+  status_ = status;
+  responded_ = true;
+  if (!conn_.h3()) return;
+  int rv = nghttp3_conn_submit_response(conn_.h3(), id_, nva.data(), nva.size(),
+                                        with_body ? &reader : nullptr);
+  if (rv != 0) {
+    tcp.log().warn("h3_submit_response", "error=\"{}\"", nghttp3_strerror(rv));
+    ngtcp2_conn_shutdown_stream(conn_.quic(), id_, NGHTTP3_H3_INTERNAL_ERROR);
+  }
+  conn_.schedule_write();
+}
+
+void H3Stream::submit(http::Response& r) {
+  const bool head_only = req_.method == http::Method::kHead;
+  for (const auto& [k, v] : r.headers) {
+    if (!h3_header_allowed(k, v) && (k.empty() || k.find_first_of("\r\n") != std::string::npos ||
+                                     v.find_first_of("\r\n") != std::string::npos)) {
+      conn_.endpoint().log().error("bad_response_header", "pattern=\"{}\" header=\"{}\"",
+                                   req_.pattern, fmt::format("{:.40}", k));
+      http::Response err = http::Response::status_only(500);
+      submit(err);
+      return;
+    }
+  }
+  log_method_.assign(req_.method_name);
+  log_target_.assign(req_.target);
+  if (r.is_html() && !std::holds_alternative<http::FileSpec>(r.body)) req_.csp_nonce();
+  const bool no_body_status = r.status == 204 || r.status == 304 || r.status < 200;
+
+  if (auto* text = std::get_if<std::string>(&r.body)) {
+    int64_t len = no_body_status ? -1 : static_cast<int64_t>(text->size());
+    bool with_body = !head_only && !no_body_status && !text->empty();
+    if (with_body) {
+      add_chunk(std::move(*text));
+      eof_ = true;
+    }
+    submit_head(r.status, r, r.content_type(), len, nullptr, with_body);
+    return;
+  }
+  if (std::holds_alternative<std::monostate>(r.body)) {
+    submit_head(r.status, r, r.content_type(), no_body_status ? -1 : 0, nullptr, false);
+    return;
+  }
+  if (auto* spec = std::get_if<http::FileSpec>(&r.body)) {
+    file_ = http::resolve_file(req_, *spec);
+    if (file_.status >= 400 && !file_.fd.valid()) {
+      if (file_.status == 416) {
+        submit_head(416, r, {}, 0, &file_.headers, false);
+      } else {
+        std::string phrase(http::reason_phrase(file_.status));
+        phrase.push_back('\n');
+        int64_t len = static_cast<int64_t>(phrase.size());
+        bool with_body = !head_only;
+        if (with_body) {
+          add_chunk(std::move(phrase));
+          eof_ = true;
+        }
+        submit_head(file_.status, r, "text/plain; charset=utf-8", len, &file_.headers, with_body);
+      }
+      file_ = http::ResolvedFile{};
+      return;
+    }
+    if (!file_.location.empty()) file_.headers.emplace_back("Location", file_.location);
+    bool has_body = file_.fd.valid() && file_.content_length > 0 && !head_only;
+    std::string ct = file_.content_type;
+    int status = file_.status;
+    int64_t len = status == 304 ? -1 : static_cast<int64_t>(file_.content_length);
+    if (has_body) {
+      file_active_ = true;
+      file_part_ = 0;
+      if (file_.parts.empty()) {
+        http::ByteRange whole{0, file_.size ? file_.size - 1 : 0};
+        http::ByteRange range = file_.ranges.empty() ? whole : file_.ranges.front();
+        file_offset_ = range.first;
+        file_left_ = range.last - range.first + 1;
+      } else {
+        add_chunk(file_.parts[0].head);
+        file_offset_ = file_.parts[0].range.first;
+        file_left_ = file_.parts[0].range.last - file_.parts[0].range.first + 1;
+      }
+    }
+    FieldList extra = file_.headers;
+    if (!has_body) file_ = http::ResolvedFile{};
+    submit_head(status, r, ct, len, &extra, has_body);
+    return;
+  }
+  if (auto* d = std::get_if<http::DeferredBody>(&r.body)) {
+    if (!d->producer) {
+      http::Response err = http::Response::status_only(500);
+      submit(err);
+      return;
+    }
+    deferred_ = std::move(d->producer);
+    deferred_->start(*this);  // may respond() at once
+    return;
+  }
+  if (std::holds_alternative<http::UpgradeBody>(r.body)) {
+    // An upgrade (WebSocket) has no meaning on an HTTP/3 request stream (RFC 9220's extended
+    // CONNECT is not supported): refuse it plainly.
+    conn_.endpoint().log().info("request_refused",
+                                "remote={} status=501 reason=\"upgrade over h3\" proto=h3",
+                                conn_.peer().text());
+    http::Response err = http::Response::status_only(501);
+    submit(err);
+    return;
+  }
+  auto& stream = std::get<http::StreamBody>(r.body);
+  int64_t len = stream.length ? static_cast<int64_t>(*stream.length) : -1;
+  if (head_only || no_body_status || !stream.producer) {
+    if (!stream.producer && !head_only && !no_body_status) eof_ = true;
+    submit_head(r.status, r, r.content_type(), len, nullptr, false);
+    return;
+  }
+  producer_ = std::move(stream.producer);
+  submit_head(r.status, r, r.content_type(), len, nullptr, true);
+  producer_->on_start(*this);
+}
+
+void H3Stream::add_chunk(std::string data) {
+  if (data.empty()) return;
+  unsent_ += data.size();
+  chunks_.push_back(std::move(data));
+}
+
+bool H3Stream::fill_file() {
+  // Reads the next chunks of the file (and multipart framing) into memory.
+  for (size_t i = 0; i < kFileChunksPerRead && file_active_; ++i) {
+    if (file_left_ == 0) {
+      if (!file_.parts.empty() && ++file_part_ < file_.parts.size()) {
+        add_chunk(file_.parts[file_part_].head);
+        file_offset_ = file_.parts[file_part_].range.first;
+        file_left_ = file_.parts[file_part_].range.last - file_offset_ + 1;
+        continue;
+      }
+      if (!file_.parts.empty()) add_chunk(file_.tail);
+      file_active_ = false;
+      eof_ = true;
+      file_ = http::ResolvedFile{};
+      return true;
+    }
+    size_t want = file_left_ > kFileChunk ? kFileChunk : static_cast<size_t>(file_left_);
+    std::string chunk(want, '\0');
+    ssize_t n = ::pread(file_.fd.get(), chunk.data(), want, static_cast<off_t>(file_offset_));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      // The file shrank under us or cannot be read: the announced length cannot be kept.
+      conn_.endpoint().log().warn("file_read_failed", "remote={} error=\"{}\" proto=h3",
+                                  conn_.peer().text(), n == 0 ? "file truncated" : strerror(errno));
+      return false;
+    }
+    chunk.resize(static_cast<size_t>(n));
+    file_offset_ += static_cast<uint64_t>(n);
+    file_left_ -= static_cast<uint64_t>(n);
+    add_chunk(std::move(chunk));
+  }
+  return true;
+}
+
+nghttp3_ssize H3Stream::read_data(nghttp3_vec* vec, size_t veccnt, uint32_t* pflags) {
+  if (next_chunk_ == chunks_.size() && file_active_ && !fill_file()) {
+    ngtcp2_conn_shutdown_stream(conn_.quic(), id_, NGHTTP3_H3_INTERNAL_ERROR);
+    file_active_ = false;
+    return NGHTTP3_ERR_WOULDBLOCK;
+  }
+  size_t n = 0;
+  auto hand_out = [&] {
+    while (next_chunk_ < chunks_.size() && n < veccnt) {
+      auto& c = chunks_[next_chunk_++];
+      vec[n].base = reinterpret_cast<uint8_t*>(c.data());
+      vec[n].len = c.size();
+      unsent_ -= c.size();
+      body_bytes_ += c.size();
+      ++n;
+    }
+  };
+  hand_out();
+  if (producer_ && wants_writable_ && unsent_ < kLowWater) {
+    // The producer may write (queued only: we are inside nghttp3) or end right here.
+    wants_writable_ = false;
+    in_read_ = true;
+    producer_->on_writable(*this);
+    in_read_ = false;
+    hand_out();
+  }
+  if (n == 0 && !eof_) {
+    blocked_ = true;
+    return NGHTTP3_ERR_WOULDBLOCK;
+  }
+  if (next_chunk_ == chunks_.size() && eof_ && !file_active_) *pflags |= NGHTTP3_DATA_FLAG_EOF;
+  return static_cast<nghttp3_ssize>(n);
+}
+
+void H3Stream::acked(uint64_t n) {
+  while (n > 0 && !chunks_.empty() && next_chunk_ > 0) {
+    uint64_t left = chunks_.front().size() - front_acked_;
+    if (n < left) {
+      front_acked_ += n;
+      return;
+    }
+    n -= left;
+    chunks_.pop_front();
+    --next_chunk_;
+    front_acked_ = 0;
+  }
+}
+
+void H3Stream::resume() {
+  if (!blocked_ || in_read_ || !conn_.h3()) return;
+  blocked_ = false;
+  nghttp3_conn_resume_stream(conn_.h3(), id_);
+  conn_.schedule_write();
+}
+
+bool H3Stream::write(std::string_view data) {
+  if (finished_ || eof_) return false;
+  if (!data.empty()) add_chunk(std::string(data));
+  resume();
+  if (unsent_ >= kHighWater) {
+    wants_writable_ = true;
+    return false;
+  }
+  return true;
+}
+
+void H3Stream::end() {
+  if (finished_ || eof_) return;
+  eof_ = true;
+  if (producer_) conn_.endpoint().loop().destroy_later(std::move(producer_));
+  resume();  // if nghttp3 was told to wait, it must ask again to see the EOF
+}
+
+void H3Stream::respond(http::Response response) {
+  if (finished_ || !deferred_) return;
+  conn_.endpoint().loop().destroy_later(std::move(deferred_));
+  if (std::holds_alternative<http::DeferredBody>(response.body))
+    response = http::Response::status_only(500);
+  submit(response);
+  conn_.schedule_write();
+}
+
+void H3Stream::abort_producers() {
+  auto& loop = conn_.endpoint().loop();
+  if (deferred_) {
+    auto d = std::move(deferred_);
+    d->on_abort();
+    loop.destroy_later(std::move(d));
+  }
+  if (producer_) {
+    auto p = std::move(producer_);
+    p->on_abort();
+    loop.destroy_later(std::move(p));
+  }
+}
+
+void H3Stream::access_log() {
+  auto& tcp = conn_.endpoint().tcp();
+  if (!tcp.options().access_log || !in_request_) return;
+  std::string_view method = log_method_.empty() ? req_.method_name : log_method_;
+  std::string_view target = log_target_.empty() ? req_.target : log_target_;
+  if (target.size() > 2048) target = target.substr(0, 2048);
+  auto peer = conn_.peer().text();
+  auto& b = tcp.log().buffered();
+  size_t cap = 180 + method.size() + target.size() + peer.size();
+  char* p = b.reserve(cap);
+  auto r = fmt::format_to_n(
+      p, cap, "{} info access remote={} method={} target={} status={} bytes={} ms={} proto=h3",
+      tcp.log_time(), peer, method.empty() ? "-" : method, target.empty() ? "-" : target,
+      status_ ? status_ : 499, body_bytes_, conn_.endpoint().loop().now() - started_ms_);
+  b.commit(std::min(r.size, cap));
+  tcp.log().end_buffered_line();
+}
+
+void H3Stream::finish() {
+  if (finished_) return;
+  finished_ = true;
+  abort_producers();
+  access_log();
+  if (in_request_) {
+    in_request_ = false;
+    conn_.stream_request_finished();
+  }
+}
+
+// ----------------------------------------------------------------------------------------------
+// H3Connection
+
+H3Connection::H3Connection(Endpoint& ep, const Datagram& d)
+    : ep_(ep),
+      local_(d.local),
+      remote_(d.remote),
+      peer_(http::Peer::from(d.remote)),
+      timer_(ep.loop().timers(), [this] { on_timer(); }) {
+  ngtcp2_connection_close_error_default(&last_error_);
+}
+
+H3Connection::~H3Connection() {
+  for (auto& [id, s] : streams_) s->finish();
+  streams_.clear();
+  for (const auto& k : keys_) ep_.unlink(k, this);
+  if (h3_) nghttp3_conn_del(h3_);
+  if (conn_) ngtcp2_conn_del(conn_);
+  if (session_) gnutls_deinit(session_);
+}
+
+std::unique_ptr<H3Connection> H3Connection::accept(Endpoint& ep, const Datagram& d,
+                                                   const ngtcp2_pkt_hd& hd, const ngtcp2_cid& odcid,
+                                                   bool retried, const ngtcp2_vec& token) {
+  std::unique_ptr<H3Connection> c(new H3Connection(ep, d));
+  if (!c->init(hd, odcid, retried, token)) return nullptr;
+  return c;
+}
+
+bool H3Connection::init(const ngtcp2_pkt_hd& hd, const ngtcp2_cid& odcid, bool retried,
+                        const ngtcp2_vec& token) {
+  const auto& opt = ep_.options();
+  const auto& ctx = ep_.ctx();
+  ngtcp2_cid scid;
+  scid.datalen = kCidLength;
+  do {
+    make_cid(scid.data, static_cast<uint32_t>(ctx.slot), ctx.key.tag);
+  } while (ep_.cid_taken(scid.data, scid.datalen));
+
+  ngtcp2_callbacks cb{};
+  cb.recv_client_initial = ngtcp2_crypto_recv_client_initial_cb;
+  cb.recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb;
+  cb.encrypt = ngtcp2_crypto_encrypt_cb;
+  cb.decrypt = ngtcp2_crypto_decrypt_cb;
+  cb.hp_mask = ngtcp2_crypto_hp_mask_cb;
+  cb.update_key = ngtcp2_crypto_update_key_cb;
+  cb.delete_crypto_aead_ctx = ngtcp2_crypto_delete_crypto_aead_ctx_cb;
+  cb.delete_crypto_cipher_ctx = ngtcp2_crypto_delete_crypto_cipher_ctx_cb;
+  cb.get_path_challenge_data = ngtcp2_crypto_get_path_challenge_data_cb;
+  cb.version_negotiation = ngtcp2_crypto_version_negotiation_cb;
+  cb.rand = on_rand;
+  cb.get_new_connection_id = on_get_new_connection_id;
+  cb.remove_connection_id = on_remove_connection_id;
+  cb.recv_stream_data = on_recv_stream_data;
+  cb.acked_stream_data_offset = on_acked_stream_data_offset;
+  cb.stream_close = on_stream_close;
+  cb.stream_reset = on_stream_reset;
+  cb.stream_stop_sending = on_stream_stop_sending;
+  cb.extend_max_remote_streams_bidi = on_extend_max_remote_streams_bidi;
+  cb.extend_max_stream_data = on_extend_max_stream_data;
+  cb.recv_tx_key = on_recv_tx_key;
+  cb.handshake_completed = on_handshake_completed;
+
+  ngtcp2_settings settings;
+  ngtcp2_settings_default(&settings);
+  settings.initial_ts = now_ns();
+  settings.max_window = opt.max_window;
+  settings.max_stream_window = opt.max_stream_window;
+  settings.cc_algo = NGTCP2_CC_ALGO_CUBIC;
+  if (token.len) settings.token = token;
+
+  ngtcp2_transport_params params;
+  ngtcp2_transport_params_default(&params);
+  // Initial receive windows; ngtcp2 auto-tunes them up to max_window / max_stream_window as the
+  // peer sends (uploads). Downloads depend on the client's windows, not these.
+  params.initial_max_stream_data_bidi_local = 256 * 1024;
+  params.initial_max_stream_data_bidi_remote = 1024 * 1024;
+  params.initial_max_stream_data_uni = 256 * 1024;
+  params.initial_max_data = 4 * 1024 * 1024;
+  params.initial_max_streams_bidi = opt.max_streams_bidi;
+  params.initial_max_streams_uni = 3;
+  params.max_idle_timeout = static_cast<uint64_t>(opt.idle_timeout_ms) * NGTCP2_MILLISECONDS;
+  params.active_connection_id_limit = 7;
+  params.original_dcid = odcid;
+  if (retried) {
+    params.retry_scid = hd.dcid;
+    params.retry_scid_present = 1;
+  }
+  params.stateless_reset_token_present = 1;
+  if (ngtcp2_crypto_generate_stateless_reset_token(params.stateless_reset_token, ep_.secret(),
+                                                   Endpoint::kSecretLen, &scid) != 0)
+    return false;
+
+  ngtcp2_path path;
+  path.local = addr_of(local_);
+  path.remote = addr_of(remote_);
+  path.user_data = nullptr;
+  int rv = ngtcp2_conn_server_new(&conn_, &hd.scid, &scid, &path, hd.version, &cb, &settings,
+                                  &params, nullptr, this);
+  if (rv != 0) {
+    ep_.log().warn("quic_conn_new", "error=\"{}\"", ngtcp2_strerror(rv));
+    return false;
+  }
+  if (!setup_tls()) return false;
+  std::string k = Endpoint::server_key(scid.data, scid.datalen);
+  if (!ep_.link(k, this)) return false;
+  keys_.push_back(std::move(k));
+  k = Endpoint::client_key(hd.dcid.data, hd.dcid.datalen, remote_);
+  if (ep_.link(k, this)) keys_.push_back(std::move(k));
+  return true;
+}
+
+bool H3Connection::setup_tls() {
+  const auto& ctx = ep_.ctx();
+  if (gnutls_init(&session_,
+                  GNUTLS_SERVER | GNUTLS_NO_AUTO_SEND_TICKET | GNUTLS_NO_END_OF_EARLY_DATA) != 0)
+    return false;
+  const char* err = nullptr;
+  if (gnutls_priority_set_direct(session_, kPriority, &err) != 0) return false;
+  if (ctx.ticket_key && gnutls_session_ticket_enable_server(session_, ctx.ticket_key->get()) != 0)
+    return false;
+  if (ngtcp2_crypto_gnutls_configure_server_session(session_) != 0) return false;
+  conn_ref_.get_conn = get_conn;
+  conn_ref_.user_data = this;
+  gnutls_session_set_ptr(session_, &conn_ref_);
+  if (!ctx.credentials ||
+      gnutls_credentials_set(session_, GNUTLS_CRD_CERTIFICATE, ctx.credentials->get()) != 0)
+    return false;
+  gnutls_datum_t alpn{const_cast<unsigned char*>(reinterpret_cast<const unsigned char*>("h3")), 2};
+  if (gnutls_alpn_set_protocols(session_, &alpn, 1,
+                                GNUTLS_ALPN_MANDATORY | GNUTLS_ALPN_SERVER_PRECEDENCE) != 0)
+    return false;
+  gnutls_handshake_set_hook_function(session_, GNUTLS_HANDSHAKE_CLIENT_HELLO, GNUTLS_HOOK_POST,
+                                     alpn_hook);
+  ngtcp2_conn_set_tls_native_handle(conn_, session_);
+  return true;
+}
+
+ngtcp2_conn* H3Connection::get_conn(ngtcp2_crypto_conn_ref* ref) {
+  return static_cast<H3Connection*>(ref->user_data)->conn_;
+}
+
+void H3Connection::on_rand(uint8_t* dest, size_t len, const ngtcp2_rand_ctx*) {
+  // gnutls_rnd is fork-safe (a PRNG seeded before fork would repeat across processes).
+  (void)gnutls_rnd(GNUTLS_RND_RANDOM, dest, len);
+}
+
+int H3Connection::on_get_new_connection_id(ngtcp2_conn*, ngtcp2_cid* cid, uint8_t* token,
+                                           size_t cidlen, void* ud) {
+  auto* c = self(ud);
+  if (cidlen != kCidLength) return NGTCP2_ERR_CALLBACK_FAILURE;
+  const auto& ctx = c->ep_.ctx();
+  do {
+    make_cid(cid->data, static_cast<uint32_t>(ctx.slot), ctx.key.tag);
+    cid->datalen = cidlen;
+  } while (c->ep_.cid_taken(cid->data, cidlen));
+  if (ngtcp2_crypto_generate_stateless_reset_token(token, c->ep_.secret(), Endpoint::kSecretLen,
+                                                   cid) != 0)
+    return NGTCP2_ERR_CALLBACK_FAILURE;
+  std::string k = Endpoint::server_key(cid->data, cid->datalen);
+  if (!c->ep_.link(k, c)) return NGTCP2_ERR_CALLBACK_FAILURE;
+  c->keys_.push_back(std::move(k));
+  return 0;
+}
+
+int H3Connection::on_remove_connection_id(ngtcp2_conn*, const ngtcp2_cid* cid, void* ud) {
+  auto* c = self(ud);
+  std::string k = Endpoint::server_key(cid->data, cid->datalen);
+  c->ep_.unlink(k, c);
+  auto it = std::find(c->keys_.begin(), c->keys_.end(), k);
+  if (it != c->keys_.end()) c->keys_.erase(it);
+  return 0;
+}
+
+int H3Connection::on_recv_tx_key(ngtcp2_conn*, ngtcp2_crypto_level level, void* ud) {
+  if (level != NGTCP2_CRYPTO_LEVEL_APPLICATION) return 0;
+  return self(ud)->setup_h3() == 0 ? 0 : NGTCP2_ERR_CALLBACK_FAILURE;
+}
+
+int H3Connection::setup_h3() {
+  if (h3_) return 0;
+  if (ngtcp2_conn_get_max_local_streams_uni(conn_) < 3) return -1;
+  nghttp3_callbacks cb{};
+  cb.acked_stream_data = h3_acked_stream_data;
+  cb.stream_close = h3_stream_close;
+  cb.recv_data = h3_recv_data;
+  cb.deferred_consume = h3_deferred_consume;
+  cb.begin_headers = h3_begin_headers;
+  cb.recv_header = h3_recv_header;
+  cb.end_headers = h3_end_headers;
+  cb.end_stream = h3_end_stream;
+  cb.stop_sending = h3_stop_sending;
+  cb.reset_stream = h3_reset_stream;
+  nghttp3_settings s;
+  nghttp3_settings_default(&s);
+  s.qpack_max_dtable_capacity = 4096;
+  s.qpack_blocked_streams = 100;
+  s.max_field_section_size = ep_.tcp().options().limits.max_head_bytes;
+  if (nghttp3_conn_server_new(&h3_, &cb, &s, nghttp3_mem_default(), this) != 0) return -1;
+  const auto* params = ngtcp2_conn_get_local_transport_params(conn_);
+  nghttp3_conn_set_max_client_streams_bidi(h3_, params->initial_max_streams_bidi);
+  int64_t ctrl, enc, dec;
+  if (ngtcp2_conn_open_uni_stream(conn_, &ctrl, nullptr) != 0) return -1;
+  if (nghttp3_conn_bind_control_stream(h3_, ctrl) != 0) return -1;
+  if (ngtcp2_conn_open_uni_stream(conn_, &enc, nullptr) != 0) return -1;
+  if (ngtcp2_conn_open_uni_stream(conn_, &dec, nullptr) != 0) return -1;
+  if (nghttp3_conn_bind_qpack_streams(h3_, enc, dec) != 0) return -1;
+  if (ep_.closing()) {
+    nghttp3_conn_submit_shutdown_notice(h3_);
+  }
+  return 0;
+}
+
+int H3Connection::on_handshake_completed(ngtcp2_conn*, void* ud) {
+  auto* c = self(ud);
+  c->handshake_done_ = true;
+  ++c->ep_.stats().handshakes;
+  // A session ticket (resumption; early data stays off) and a NEW_TOKEN token that lets the
+  // client skip Retry next time, in any process (wall clock, shared secret).
+  (void)gnutls_session_ticket_send(c->session_, 1, 0);
+  uint8_t token[NGTCP2_CRYPTO_MAX_REGULAR_TOKENLEN];
+  const auto* path = ngtcp2_conn_get_path(c->conn_);
+  auto n = ngtcp2_crypto_generate_regular_token(token, c->ep_.secret(), Endpoint::kSecretLen,
+                                                path->remote.addr, path->remote.addrlen, wall_ns());
+  if (n > 0) (void)ngtcp2_conn_submit_new_token(c->conn_, token, static_cast<size_t>(n));
+  return 0;
+}
+
+int H3Connection::on_recv_stream_data(ngtcp2_conn* conn, uint32_t flags, int64_t sid, uint64_t,
+                                      const uint8_t* data, size_t len, void* ud, void*) {
+  auto* c = self(ud);
+  if (!c->h3_) return 0;
+  auto n = nghttp3_conn_read_stream(c->h3_, sid, data, len, flags & NGTCP2_STREAM_DATA_FLAG_FIN);
+  if (n < 0) {
+    ngtcp2_connection_close_error_set_application_error(
+        &c->last_error_, nghttp3_err_infer_quic_app_error_code(static_cast<int>(n)), nullptr, 0);
+    return NGTCP2_ERR_CALLBACK_FAILURE;
+  }
+  ngtcp2_conn_extend_max_stream_offset(conn, sid, static_cast<uint64_t>(n));
+  ngtcp2_conn_extend_max_offset(conn, static_cast<uint64_t>(n));
+  return 0;
+}
+
+int H3Connection::on_acked_stream_data_offset(ngtcp2_conn*, int64_t sid, uint64_t, uint64_t len,
+                                              void* ud, void*) {
+  auto* c = self(ud);
+  if (!c->h3_) return 0;
+  if (nghttp3_conn_add_ack_offset(c->h3_, sid, len) != 0) return NGTCP2_ERR_CALLBACK_FAILURE;
+  return 0;
+}
+
+int H3Connection::on_stream_close(ngtcp2_conn* conn, uint32_t flags, int64_t sid, uint64_t code,
+                                  void* ud, void*) {
+  auto* c = self(ud);
+  if (!c->h3_) return 0;
+  if (!(flags & NGTCP2_STREAM_CLOSE_FLAG_APP_ERROR_CODE_SET)) code = NGHTTP3_H3_NO_ERROR;
+  int rv = nghttp3_conn_close_stream(c->h3_, sid, code);
+  if (rv == NGHTTP3_ERR_STREAM_NOT_FOUND) {
+    if (ngtcp2_is_bidi_stream(sid)) ngtcp2_conn_extend_max_streams_bidi(conn, 1);
+  } else if (rv != 0) {
+    ngtcp2_connection_close_error_set_application_error(
+        &c->last_error_, nghttp3_err_infer_quic_app_error_code(rv), nullptr, 0);
+    return NGTCP2_ERR_CALLBACK_FAILURE;
+  }
+  return 0;
+}
+
+int H3Connection::on_stream_reset(ngtcp2_conn*, int64_t sid, uint64_t, uint64_t, void* ud, void*) {
+  auto* c = self(ud);
+  if (c->h3_ && nghttp3_conn_shutdown_stream_read(c->h3_, sid) != 0)
+    return NGTCP2_ERR_CALLBACK_FAILURE;
+  return 0;
+}
+
+int H3Connection::on_stream_stop_sending(ngtcp2_conn*, int64_t sid, uint64_t, void* ud, void*) {
+  auto* c = self(ud);
+  if (c->h3_ && nghttp3_conn_shutdown_stream_read(c->h3_, sid) != 0)
+    return NGTCP2_ERR_CALLBACK_FAILURE;
+  return 0;
+}
+
+int H3Connection::on_extend_max_remote_streams_bidi(ngtcp2_conn*, uint64_t max, void* ud) {
+  auto* c = self(ud);
+  if (c->h3_) nghttp3_conn_set_max_client_streams_bidi(c->h3_, max);
+  return 0;
+}
+
+int H3Connection::on_extend_max_stream_data(ngtcp2_conn*, int64_t sid, uint64_t, void* ud, void*) {
+  auto* c = self(ud);
+  if (c->h3_ && nghttp3_conn_unblock_stream(c->h3_, sid) != 0) return NGTCP2_ERR_CALLBACK_FAILURE;
+  return 0;
+}
+
+H3Stream* H3Connection::stream(int64_t id) {
+  auto it = streams_.find(id);
+  return it == streams_.end() ? nullptr : it->second.get();
+}
+
+int H3Connection::h3_acked_stream_data(nghttp3_conn*, int64_t, uint64_t len, void*, void* sud) {
+  if (sud) static_cast<H3Stream*>(sud)->acked(len);
+  return 0;
+}
+
+int H3Connection::h3_stream_close(nghttp3_conn*, int64_t sid, uint64_t, void* ud, void*) {
+  auto* c = self(ud);
+  auto it = c->streams_.find(sid);
+  if (it != c->streams_.end()) {
+    it->second->finish();
+    c->ep_.loop().destroy_later(std::move(it->second));
+    c->streams_.erase(it);
+  }
+  if (ngtcp2_is_bidi_stream(sid)) ngtcp2_conn_extend_max_streams_bidi(c->conn_, 1);
+  return 0;
+}
+
+int H3Connection::h3_recv_data(nghttp3_conn*, int64_t sid, const uint8_t* data, size_t len,
+                               void* ud, void* sud) {
+  auto* c = self(ud);
+  // Request body bytes: give the flow-control credit back (nghttp3_conn_read_stream's return
+  // value excludes DATA payload).
+  ngtcp2_conn_extend_max_stream_offset(c->conn_, sid, len);
+  ngtcp2_conn_extend_max_offset(c->conn_, len);
+  if (sud) static_cast<H3Stream*>(sud)->add_body(data, len);
+  return 0;
+}
+
+int H3Connection::h3_deferred_consume(nghttp3_conn*, int64_t sid, size_t consumed, void* ud,
+                                      void*) {
+  auto* c = self(ud);
+  ngtcp2_conn_extend_max_stream_offset(c->conn_, sid, consumed);
+  ngtcp2_conn_extend_max_offset(c->conn_, consumed);
+  return 0;
+}
+
+int H3Connection::h3_begin_headers(nghttp3_conn* h3, int64_t sid, void* ud, void*) {
+  auto* c = self(ud);
+  auto s = std::make_unique<H3Stream>(*c, sid);
+  nghttp3_conn_set_stream_user_data(h3, sid, s.get());
+  c->streams_[sid] = std::move(s);
+  return 0;
+}
+
+int H3Connection::h3_recv_header(nghttp3_conn*, int64_t, int32_t token, nghttp3_rcbuf* name,
+                                 nghttp3_rcbuf* value, uint8_t, void*, void* sud) {
+  if (!sud) return 0;
+  auto n = nghttp3_rcbuf_get_buf(name);
+  auto v = nghttp3_rcbuf_get_buf(value);
+  std::string_view nv(reinterpret_cast<const char*>(n.base), n.len);
+  std::string_view vv(reinterpret_cast<const char*>(v.base), v.len);
+  static_cast<H3Stream*>(sud)->head().add(pseudo_of(token, nv), nv, vv);
+  return 0;
+}
+
+int H3Connection::h3_end_headers(nghttp3_conn*, int64_t, int, void*, void* sud) {
+  if (sud) static_cast<H3Stream*>(sud)->headers_done();
+  return 0;
+}
+
+int H3Connection::h3_end_stream(nghttp3_conn*, int64_t, void*, void* sud) {
+  if (sud) static_cast<H3Stream*>(sud)->request_done();
+  return 0;
+}
+
+int H3Connection::h3_stop_sending(nghttp3_conn*, int64_t sid, uint64_t code, void* ud, void*) {
+  auto* c = self(ud);
+  ngtcp2_conn_shutdown_stream_read(c->conn_, sid, code);
+  return 0;
+}
+
+int H3Connection::h3_reset_stream(nghttp3_conn*, int64_t sid, uint64_t code, void* ud, void*) {
+  auto* c = self(ud);
+  ngtcp2_conn_shutdown_stream_write(c->conn_, sid, code);
+  return 0;
+}
+
+// ----------------------------------------------------------------------------------------------
+// Packets
+
+void H3Connection::on_datagram(const Datagram& d) {
+  if (state_ == State::kGone || state_ == State::kDraining) return;
+  if (state_ == State::kClosing) {
+    // Answer with the stored CONNECTION_CLOSE, less and less often (1st, 2nd, 4th, 8th...).
+    ++close_sends_;
+    if ((close_sends_ & (close_sends_ - 1)) == 0)
+      (void)ep_.send(d.local, d.remote, 0, reinterpret_cast<const uint8_t*>(close_pkt_.data()),
+                     close_pkt_.size(), 0);
+    return;
+  }
+  ngtcp2_path path;
+  path.local = addr_of(d.local);
+  path.remote = addr_of(d.remote);
+  path.user_data = nullptr;
+  ngtcp2_pkt_info pi;
+  pi.ecn = d.ecn;
+  int rv = ngtcp2_conn_read_pkt(conn_, &path, &pi, d.data, d.len, now_ns());
+  if (rv != 0) {
+    handle_error(rv);
+    return;
+  }
+  schedule_write();
+}
+
+void H3Connection::handle_error(int rv) {
+  switch (rv) {
+    case NGTCP2_ERR_DRAINING:
+      enter_closed_period(State::kDraining);
+      return;
+    case NGTCP2_ERR_DROP_CONN:
+    case NGTCP2_ERR_RETRY:
+      gone();
+      return;
+    case NGTCP2_ERR_CRYPTO:
+      if (last_error_.type != NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_APPLICATION)
+        ngtcp2_connection_close_error_set_transport_error_tls_alert(
+            &last_error_, ngtcp2_conn_get_tls_alert(conn_), nullptr, 0);
+      break;
+    default:
+      if (last_error_.type != NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_APPLICATION)
+        ngtcp2_connection_close_error_set_transport_error_liberr(&last_error_, rv, nullptr, 0);
+      break;
+  }
+  ep_.log().debug("quic_conn_error", "remote={} error=\"{}\"", peer_.text(), ngtcp2_strerror(rv));
+  start_closing(last_error_);
+}
+
+void H3Connection::start_closing(const ngtcp2_connection_close_error& err) {
+  if (state_ != State::kOpen) return;
+  if (!conn_ || ngtcp2_conn_is_in_draining_period(conn_)) {
+    enter_closed_period(State::kDraining);
+    return;
+  }
+  if (ngtcp2_conn_is_in_closing_period(conn_)) {
+    enter_closed_period(State::kClosing);
+    return;
+  }
+  std::vector<uint8_t> buf(NGTCP2_MAX_UDP_PAYLOAD_SIZE);
+  ngtcp2_path_storage ps;
+  ngtcp2_path_storage_zero(&ps);
+  ngtcp2_pkt_info pi;
+  auto n = ngtcp2_conn_write_connection_close(conn_, &ps.path, &pi, buf.data(), buf.size(), &err,
+                                              now_ns());
+  if (n <= 0) {
+    gone();
+    return;
+  }
+  close_pkt_.assign(reinterpret_cast<const char*>(buf.data()), static_cast<size_t>(n));
+  ++ep_.stats().packets_out;
+  (void)ep_.send(socket_address(ps.path.local), socket_address(ps.path.remote), pi.ecn, buf.data(),
+                 static_cast<size_t>(n), 0);
+  enter_closed_period(State::kClosing);
+}
+
+void H3Connection::enter_closed_period(State s) {
+  state_ = s;
+  for (auto& [id, st] : streams_) st->finish();
+  // RFC 9000 §10.2: three PTOs, then the state is gone.
+  uint64_t pto_ms = ngtcp2_conn_get_pto(conn_) / NGTCP2_MILLISECONDS + 1;
+  timer_.arm_after(3 * pto_ms);
+}
+
+void H3Connection::gone() {
+  if (state_ == State::kGone) return;
+  state_ = State::kGone;
+  timer_.cancel();
+  for (auto& [id, st] : streams_) st->finish();
+  ep_.remove(this);
+}
+
+void H3Connection::close_now() {
+  if (state_ != State::kOpen) {
+    gone();
+    return;
+  }
+  ngtcp2_connection_close_error err;
+  ngtcp2_connection_close_error_default(&err);
+  ngtcp2_connection_close_error_set_application_error(&err, NGHTTP3_H3_NO_ERROR, nullptr, 0);
+  start_closing(err);
+  gone();  // the server is going away: no closing period to wait out
+}
+
+void H3Connection::shutdown_notice() {
+  if (h3_ && state_ == State::kOpen) {
+    nghttp3_conn_submit_shutdown_notice(h3_);
+    schedule_write();
+  }
+}
+
+void H3Connection::goaway() {
+  if (h3_ && state_ == State::kOpen && !goaway_sent_) {
+    goaway_sent_ = true;
+    nghttp3_conn_shutdown(h3_);
+    schedule_write();
+  }
+}
+
+bool H3Connection::parked_any() const {
+  for (const auto& [id, s] : streams_)
+    if (s->parked()) return true;
+  return false;
+}
+
+void H3Connection::tick_parked(uint64_t) {
+  for (auto& [id, s] : streams_)
+    if (s->parked()) s->retry_parked();
+}
+
+void H3Connection::arm_timer() {
+  if (state_ != State::kOpen) return;
+  ngtcp2_tstamp expiry = ngtcp2_conn_get_expiry(conn_);
+  if (expiry == UINT64_MAX) {
+    timer_.cancel();
+    return;
+  }
+  // Millisecond timer wheel: round up, so the expiry has passed when the timer fires.
+  timer_.arm_at((expiry + NGTCP2_MILLISECONDS - 1) / NGTCP2_MILLISECONDS);
+}
+
+void H3Connection::on_timer() {
+  if (state_ == State::kClosing || state_ == State::kDraining) {
+    gone();
+    return;
+  }
+  if (state_ != State::kOpen) return;
+  int rv = ngtcp2_conn_handle_expiry(conn_, now_ns());
+  if (rv == NGTCP2_ERR_IDLE_CLOSE) {
+    gone();  // no CONNECTION_CLOSE after an idle timeout (RFC 9000 §10.1)
+    return;
+  }
+  if (rv != 0) {
+    handle_error(rv);
+    return;
+  }
+  write();
+}
+
+void H3Connection::on_writable() {
+  if (state_ != State::kOpen) return;
+  if (flush_pending()) write();
+}
+
+bool H3Connection::flush_pending() {
+  if (pending_.empty()) return true;
+  auto r =
+      ep_.send(pending_local_, pending_remote_, pending_ecn_,
+               reinterpret_cast<const uint8_t*>(pending_.data()), pending_.size(), pending_gso_);
+  if (r == Endpoint::SendResult::kBlocked) {
+    ep_.wait_writable(this);
+    return false;
+  }
+  pending_.clear();
+  return true;
+}
+
+void H3Connection::write() {
+  if (state_ != State::kOpen || !conn_) return;
+  if (!flush_pending()) return;
+  ngtcp2_tstamp ts = now_ns();
+  const size_t max = ngtcp2_conn_get_path_max_tx_udp_payload_size(conn_);
+  size_t max_pkts = ngtcp2_conn_get_send_quantum(conn_) / max;
+  max_pkts = std::clamp<size_t>(max_pkts, 1, 64);
+  if (txbuf_.size() < max * max_pkts) txbuf_.resize(max * max_pkts);
+
+  ngtcp2_path_storage ps;
+  ngtcp2_path_storage_zero(&ps);
+  core::SocketAddress batch_local, batch_remote;
+  uint8_t batch_ecn = 0;
+  size_t off = 0, npkts = 0, gso = 0;
+  bool blocked = false;
+
+  auto send_batch = [&](size_t len) {
+    if (len == 0) return true;
+    auto r =
+        ep_.send(batch_local, batch_remote, batch_ecn, txbuf_.data(), len, npkts > 1 ? gso : 0);
+    if (r == Endpoint::SendResult::kBlocked) {
+      pending_.assign(reinterpret_cast<const char*>(txbuf_.data()), len);
+      pending_gso_ = npkts > 1 ? gso : 0;
+      pending_ecn_ = batch_ecn;
+      pending_local_ = batch_local;
+      pending_remote_ = batch_remote;
+      ep_.wait_writable(this);
+      blocked = true;
+      return false;
+    }
+    return true;
+  };
+
+  for (;;) {
+    int64_t sid = -1;
+    int fin = 0;
+    nghttp3_vec vec[16];
+    nghttp3_ssize nvec = 0;
+    if (h3_ && ngtcp2_conn_get_max_data_left(conn_)) {
+      nvec = nghttp3_conn_writev_stream(h3_, &sid, &fin, vec, 16);
+      if (nvec < 0) {
+        ngtcp2_connection_close_error_set_application_error(
+            &last_error_, nghttp3_err_infer_quic_app_error_code(static_cast<int>(nvec)), nullptr,
+            0);
+        start_closing(last_error_);
+        return;
+      }
+    }
+    ngtcp2_ssize ndatalen = -1;
+    ngtcp2_pkt_info pi;
+    uint32_t flags = NGTCP2_WRITE_STREAM_FLAG_MORE;
+    if (fin) flags |= NGTCP2_WRITE_STREAM_FLAG_FIN;
+    auto nwrite = ngtcp2_conn_writev_stream(
+        conn_, &ps.path, &pi, txbuf_.data() + off, max, &ndatalen, flags, sid,
+        reinterpret_cast<const ngtcp2_vec*>(vec), static_cast<size_t>(nvec), ts);
+    if (nwrite < 0) {
+      switch (nwrite) {
+        case NGTCP2_ERR_STREAM_DATA_BLOCKED:
+          nghttp3_conn_block_stream(h3_, sid);
+          continue;
+        case NGTCP2_ERR_STREAM_SHUT_WR:
+          nghttp3_conn_shutdown_stream_write(h3_, sid);
+          continue;
+        case NGTCP2_ERR_WRITE_MORE:
+          if (nghttp3_conn_add_write_offset(h3_, sid, static_cast<size_t>(ndatalen)) != 0) {
+            ngtcp2_connection_close_error_set_application_error(
+                &last_error_, NGHTTP3_H3_INTERNAL_ERROR, nullptr, 0);
+            start_closing(last_error_);
+            return;
+          }
+          continue;
+        default:
+          ngtcp2_connection_close_error_set_transport_error_liberr(
+              &last_error_, static_cast<int>(nwrite), nullptr, 0);
+          start_closing(last_error_);
+          return;
+      }
+    }
+    if (ndatalen >= 0 && sid >= 0 &&
+        nghttp3_conn_add_write_offset(h3_, sid, static_cast<size_t>(ndatalen)) != 0) {
+      ngtcp2_connection_close_error_set_application_error(&last_error_, NGHTTP3_H3_INTERNAL_ERROR,
+                                                          nullptr, 0);
+      start_closing(last_error_);
+      return;
+    }
+    if (nwrite == 0) {
+      send_batch(off);
+      break;
+    }
+    ++ep_.stats().packets_out;
+    size_t sz = static_cast<size_t>(nwrite);
+    // A packet joins the GSO batch when it goes the same way with the same ECN and is not
+    // larger than the batch's segment size.
+    if (npkts > 0 &&
+        (!same_address(batch_local, ps.path.local) || !same_address(batch_remote, ps.path.remote) ||
+         pi.ecn != batch_ecn || sz > gso)) {
+      if (!send_batch(off)) break;
+      memmove(txbuf_.data(), txbuf_.data() + off, sz);
+      off = 0;
+      npkts = 0;
+    }
+    if (npkts == 0) {
+      batch_local = socket_address(ps.path.local);
+      batch_remote = socket_address(ps.path.remote);
+      batch_ecn = pi.ecn;
+      gso = sz;
+    }
+    off += sz;
+    ++npkts;
+    if (sz < gso || npkts >= max_pkts) {
+      bool full = npkts >= max_pkts;
+      if (!send_batch(off)) break;
+      off = 0;
+      npkts = 0;
+      if (full) break;  // the send quantum is out: pacing (the timer) brings us back
+    }
+  }
+  (void)blocked;
+  ngtcp2_conn_update_pkt_tx_time(conn_, ts);
+  arm_timer();
+}
+
+}  // namespace corral::quic

@@ -1,0 +1,220 @@
+// H3Connection: one QUIC connection (ngtcp2_conn + its GnuTLS session) carrying HTTP/3
+// (nghttp3_conn), and its request streams. A stream collects a request (RequestHead, body up to
+// the server's body limit), runs admission and the Site, and turns the Response description into
+// an HTTP/3 response: fields from h3_mapping.h and a body that nghttp3 pulls through read_data —
+// in-memory bodies, files (pread in chunks, Range/If-Range/304 via http::resolve_file as over
+// HTTP/1.1), streams (a StreamWriter with backpressure) and deferred responses (a Responder).
+// Every body byte handed to nghttp3 stays in memory until the peer acknowledges it.
+//
+// Lifetime: owned by the Endpoint (connection table), destroyed after the loop round in which it
+// finished (idle timeout, closing/draining period over, or a fatal error). Timers: one, at
+// ngtcp2_conn_get_expiry rounded up to the millisecond.
+#pragma once
+
+#include <gnutls/gnutls.h>
+#include <nghttp3/nghttp3.h>
+#include <ngtcp2/ngtcp2.h>
+#include <ngtcp2/ngtcp2_crypto.h>
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/timer_wheel.h"
+#include "http/admission.h"
+#include "http/file_response.h"
+#include "http/request.h"
+#include "http/response.h"
+#include "quic/endpoint.h"
+#include "quic/h3_mapping.h"
+
+namespace corral::quic {
+
+class H3Connection;
+
+class H3Stream final : private http::StreamWriter, private http::Responder {
+ public:
+  H3Stream(H3Connection& conn, int64_t id);
+  ~H3Stream();
+
+  int64_t id() const { return id_; }
+  RequestHead& head() { return head_; }
+  // Request body bytes; false when past the body limit (413 has been answered).
+  bool add_body(const uint8_t* data, size_t len);
+  void headers_done();
+  void request_done();  // end of the request stream: admit, handle, respond
+  bool parked() const { return parked_; }
+  void retry_parked();  // the site may be published now
+  void park_expired();  // ready_timeout passed without a site: 503
+  nghttp3_ssize read_data(nghttp3_vec* vec, size_t veccnt, uint32_t* pflags);
+  void acked(uint64_t n);
+  // The stream is gone (closed, reset, or the connection is going away).
+  void finish();
+
+ private:
+  void dispatch();
+  void submit(http::Response& r);
+  void submit_head(int status, const http::Response& r, std::string_view content_type,
+                   int64_t length, const FieldList* extra, bool with_body);
+  void respond_error(int status, std::string_view reason);
+  bool fill_file();
+  void add_chunk(std::string data);
+  void resume();
+  void abort_producers();
+  void access_log();
+  // StreamWriter
+  bool write(std::string_view data) override;
+  void end() override;
+  size_t buffered() const override { return unsent_; }
+  // Responder
+  void respond(http::Response response) override;
+
+  H3Connection& conn_;
+  int64_t id_;
+  RequestHead head_;
+  http::Request req_;
+  std::string body_;
+  bool head_complete_ = false;
+  bool responded_ = false;
+  bool parked_ = false;
+  bool finished_ = false;
+  bool in_request_ = false;  // counted in the TCP server's requests in flight
+  uint64_t park_deadline_ms_ = 0;
+  std::shared_ptr<const http::Site> site_;
+  uint64_t started_ms_ = 0;
+  int status_ = 0;
+  std::string log_method_, log_target_;
+
+  // The body, in chunks handed to nghttp3 in order and released in order as they are acked.
+  std::deque<std::string> chunks_;
+  size_t next_chunk_ = 0;     // first chunk not yet handed out
+  uint64_t front_acked_ = 0;  // acked bytes of chunks_.front()
+  uint64_t unsent_ = 0;       // bytes in chunks not handed out yet
+  uint64_t body_bytes_ = 0;   // handed out (access log)
+  bool eof_ = false;          // no chunk will be added any more
+  bool blocked_ = false;      // read_data said WOULDBLOCK: resume on new data
+  bool wants_writable_ = false;
+  bool in_read_ = false;  // inside read_data (nghttp3 must not be re-entered)
+  // A file body: what resolve_file decided, and where we are.
+  http::ResolvedFile file_;
+  bool file_active_ = false;
+  size_t file_part_ = 0;
+  uint64_t file_offset_ = 0;
+  uint64_t file_left_ = 0;
+  std::unique_ptr<http::StreamProducer> producer_;
+  std::unique_ptr<http::DeferredProducer> deferred_;
+};
+
+class H3Connection {
+ public:
+  // A new server connection for the Initial in `d` (header `hd`). `odcid`: the client's first
+  // DCID (recovered from a Retry token when `retried`). Returns null (and logs) on failure.
+  static std::unique_ptr<H3Connection> accept(Endpoint& ep, const Datagram& d,
+                                              const ngtcp2_pkt_hd& hd, const ngtcp2_cid& odcid,
+                                              bool retried, const ngtcp2_vec& token);
+  ~H3Connection();
+
+  // A datagram for this connection.
+  void on_datagram(const Datagram& d);
+  void write();
+  void on_writable();
+  // Graceful close steps (Endpoint::close).
+  void shutdown_notice();
+  void goaway();
+  bool has_streams() const { return !streams_.empty(); }
+  void close_now();  // CONNECTION_CLOSE (H3_NO_ERROR), then gone
+  void tick_parked(uint64_t now_ms);
+  bool parked_any() const;
+  bool finished() const { return state_ == State::kGone; }
+
+  Endpoint& endpoint() { return ep_; }
+  ngtcp2_conn* quic() { return conn_; }
+  nghttp3_conn* h3() { return h3_; }
+  const http::Peer& peer() const { return peer_; }
+  const core::SocketAddress& peer_address() const { return remote_; }
+  void schedule_write() { ep_.schedule_write(this); }
+  void stream_request_started() { ep_.tcp().request_started(); }
+  void stream_request_finished() { ep_.tcp().request_finished(); }
+  std::vector<std::string>& keys() { return keys_; }
+
+ private:
+  enum class State { kOpen, kClosing, kDraining, kGone };
+  H3Connection(Endpoint& ep, const Datagram& d);
+  bool init(const ngtcp2_pkt_hd& hd, const ngtcp2_cid& odcid, bool retried,
+            const ngtcp2_vec& token);
+  bool setup_tls();
+  int setup_h3();
+  void handle_error(int rv);
+  void start_closing(const ngtcp2_connection_close_error& err);
+  void enter_closed_period(State s);
+  void gone();
+  void arm_timer();
+  void on_timer();
+  bool flush_pending();
+  H3Stream* stream(int64_t id);
+
+  // ngtcp2 callbacks
+  static int on_recv_stream_data(ngtcp2_conn*, uint32_t flags, int64_t sid, uint64_t offset,
+                                 const uint8_t* data, size_t len, void* ud, void* sud);
+  static int on_acked_stream_data_offset(ngtcp2_conn*, int64_t sid, uint64_t offset, uint64_t len,
+                                         void* ud, void* sud);
+  static int on_stream_close(ngtcp2_conn*, uint32_t flags, int64_t sid, uint64_t code, void* ud,
+                             void* sud);
+  static int on_stream_reset(ngtcp2_conn*, int64_t sid, uint64_t final_size, uint64_t code,
+                             void* ud, void* sud);
+  static int on_stream_stop_sending(ngtcp2_conn*, int64_t sid, uint64_t code, void* ud, void* sud);
+  static int on_extend_max_remote_streams_bidi(ngtcp2_conn*, uint64_t max, void* ud);
+  static int on_extend_max_stream_data(ngtcp2_conn*, int64_t sid, uint64_t max, void* ud,
+                                       void* sud);
+  static int on_recv_tx_key(ngtcp2_conn*, ngtcp2_crypto_level level, void* ud);
+  static int on_handshake_completed(ngtcp2_conn*, void* ud);
+  static int on_get_new_connection_id(ngtcp2_conn*, ngtcp2_cid* cid, uint8_t* token, size_t cidlen,
+                                      void* ud);
+  static int on_remove_connection_id(ngtcp2_conn*, const ngtcp2_cid* cid, void* ud);
+  static void on_rand(uint8_t* dest, size_t len, const ngtcp2_rand_ctx*);
+  static ngtcp2_conn* get_conn(ngtcp2_crypto_conn_ref* ref);
+
+  // nghttp3 callbacks
+  static int h3_acked_stream_data(nghttp3_conn*, int64_t sid, uint64_t len, void* ud, void* sud);
+  static int h3_stream_close(nghttp3_conn*, int64_t sid, uint64_t code, void* ud, void* sud);
+  static int h3_recv_data(nghttp3_conn*, int64_t sid, const uint8_t* data, size_t len, void* ud,
+                          void* sud);
+  static int h3_deferred_consume(nghttp3_conn*, int64_t sid, size_t consumed, void* ud, void* sud);
+  static int h3_begin_headers(nghttp3_conn*, int64_t sid, void* ud, void* sud);
+  static int h3_recv_header(nghttp3_conn*, int64_t sid, int32_t token, nghttp3_rcbuf* name,
+                            nghttp3_rcbuf* value, uint8_t flags, void* ud, void* sud);
+  static int h3_end_headers(nghttp3_conn*, int64_t sid, int fin, void* ud, void* sud);
+  static int h3_end_stream(nghttp3_conn*, int64_t sid, void* ud, void* sud);
+  static int h3_stop_sending(nghttp3_conn*, int64_t sid, uint64_t code, void* ud, void* sud);
+  static int h3_reset_stream(nghttp3_conn*, int64_t sid, uint64_t code, void* ud, void* sud);
+  static nghttp3_ssize h3_read_data(nghttp3_conn*, int64_t sid, nghttp3_vec* vec, size_t veccnt,
+                                    uint32_t* pflags, void* ud, void* sud);
+
+  Endpoint& ep_;
+  core::SocketAddress local_;
+  core::SocketAddress remote_;
+  http::Peer peer_;
+  ngtcp2_conn* conn_ = nullptr;
+  gnutls_session_t session_ = nullptr;
+  nghttp3_conn* h3_ = nullptr;
+  ngtcp2_crypto_conn_ref conn_ref_{};
+  ngtcp2_connection_close_error last_error_{};
+  std::map<int64_t, std::unique_ptr<H3Stream>> streams_;
+  std::vector<std::string> keys_;  // table keys linked to this connection
+  core::Timer timer_;
+  State state_ = State::kOpen;
+  std::string close_pkt_;  // the CONNECTION_CLOSE we answer with while closing
+  uint64_t close_sends_ = 0;
+  bool handshake_done_ = false;
+  bool goaway_sent_ = false;
+  // A send the socket refused (EAGAIN), retried when it is writable.
+  std::string pending_;
+  size_t pending_gso_ = 0;
+  uint8_t pending_ecn_ = 0;
+  core::SocketAddress pending_local_, pending_remote_;
+  std::vector<uint8_t> txbuf_;
+};
+
+}  // namespace corral::quic

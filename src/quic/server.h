@@ -1,0 +1,80 @@
+// Http3Server: HTTP/3 (QUIC v1, ngtcp2 0.12 + nghttp3 0.8 over GnuTLS) for one server process,
+// next to the TCP http::Server on the same port number over UDP. It serves the TCP server's
+// published Site with the same admission policy, Date header and access log, so a route answers
+// the same over HTTP/1.1, TLS and HTTP/3 (docs/http3.md).
+//
+// One process is slot `ctx.slot` of a fan-out: every connection ID it issues carries the slot and
+// the deployment tag (steering.h). Datagrams the kernel hands to the wrong process are forwarded
+// to their owner over the forwarding sockets (forward.h); datagrams forwarded to us are served as
+// if they had arrived on our UDP socket for their local address.
+//
+// Lifetime: construct after the http::Server (it borrows it, its loop and its logger), start(),
+// close(done) on shutdown (GOAWAY, drain up to the server's close_timeout, then CONNECTION_CLOSE
+// for what is left), destroy before the http::Server. Single-threaded, on the server's loop.
+// RunOptions::on_server returns it as a Companion{keep, close}.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "core/result.h"
+#include "http/server.h"
+#include "quic/context.h"
+
+namespace corral::quic {
+
+struct Http3Options {
+  uint32_t idle_timeout_ms = 30'000;
+  RetryMode retry = RetryMode::kAuto;
+  // kAuto: Retry is required while new-connection Initials arrive faster than this per second in
+  // this process (a flood of spoofed Initials then costs the attacker a round trip each, and us
+  // no handshake state). 1000/s is far above what a healthy process sees from real clients
+  // (10k connections renewing every 10 s), and far below what a single flooding host can send.
+  uint32_t retry_auto_initials_per_sec = 1000;
+  // Flow control: the receive windows auto-tune up to these (an upload of the body limit, or a
+  // request stream; downloads are bounded by the client's windows).
+  uint64_t max_window = 24ull << 20;
+  uint64_t max_stream_window = 16ull << 20;
+  size_t max_connections = 10'000;  // above it, new connections are refused (Initial dropped)
+  uint32_t max_streams_bidi = 100;
+  // Stateless resets sent per second at most (each answers a packet for a connection we lost).
+  uint32_t stateless_resets_per_sec = 200;
+};
+
+struct Http3Stats {
+  uint64_t connections_active = 0;
+  uint64_t handshakes = 0;
+  uint64_t requests = 0;
+  uint64_t packets_in = 0;
+  uint64_t packets_out = 0;
+  uint64_t forwarded_out = 0;  // datagrams we sent to their owning slot
+  uint64_t forwarded_in = 0;   // datagrams another slot forwarded to us
+  uint64_t stateless_resets = 0;
+  uint64_t retries_sent = 0;
+  uint64_t dropped = 0;  // undecodable, unowned, refused or undeliverable datagrams
+};
+
+class Endpoint;
+
+class Http3Server {
+ public:
+  Http3Server(http::Server& tcp, ProcessContext ctx, Http3Options options);
+  ~Http3Server();
+  Http3Server(const Http3Server&) = delete;
+  Http3Server& operator=(const Http3Server&) = delete;
+
+  // Sets the socket options on ctx.udp_fds and registers them and ctx.forward_rx on the loop.
+  core::Result<void> start();
+  // Graceful close: GOAWAY to every connection, drain up to tcp.options().close_timeout_ms, then
+  // CONNECTION_CLOSE the rest; `done` once no connection is left.
+  void close(std::function<void()> done);
+  const Http3Stats& stats() const;
+  SteeringMode steering_mode() const;
+  int slot() const;
+
+ private:
+  std::unique_ptr<Endpoint> endpoint_;
+};
+
+}  // namespace corral::quic
