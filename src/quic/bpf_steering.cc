@@ -42,13 +42,16 @@ int print_to_log(enum libbpf_print_level level, const char* format, va_list args
   if (n <= 0) return 0;
   std::string_view text(line, std::min<size_t>(static_cast<size_t>(n), sizeof line - 1));
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.remove_suffix(1);
-  if (level == LIBBPF_WARN && g_last) *g_last = std::string(text);
-  if (g_log) {
-    if (level == LIBBPF_WARN)
-      g_log->info("libbpf", "level=warn message=\"{}\"", text);
-    else
-      g_log->debug("libbpf", "message=\"{}\"", text);
+  if (text.starts_with("libbpf: ")) text.remove_prefix(8);
+  // Warnings become part of the error text (the caller logs that once); everything is also in our
+  // log at debug level, never on stderr.
+  if (level == LIBBPF_WARN && g_last && g_last->size() < 600 &&
+      text.find("failed to load object") == std::string_view::npos) {
+    if (!g_last->empty()) *g_last += "; ";
+    *g_last += text;
   }
+  if (g_log)
+    g_log->debug("libbpf", "level={} message=\"{}\"", level == LIBBPF_WARN ? "warn" : "info", text);
   return 0;
 }
 
@@ -70,11 +73,13 @@ core::Error failure(const char* step, int err, const std::string& detail) {
   err = err < 0 ? -err : err;
   std::string reason;
   // EPERM/EACCES also come from the verifier; only say "no CAP_BPF" when that is the cause.
-  if ((err == EPERM || err == EACCES) && !has_bpf_capability()) reason = "no CAP_BPF: ";
+  bool no_capability = (err == EPERM || err == EACCES) && !has_bpf_capability();
+  if (no_capability) reason = "no CAP_BPF: ";
   reason += step;
   reason += ": ";
   reason += strerror(err);
-  if (!detail.empty()) reason += " (libbpf: " + detail + ")";
+  // Without the capability libbpf's lines (a failed probe, RLIMIT_MEMLOCK advice) only mislead.
+  if (!detail.empty() && !no_capability) reason += " (libbpf: " + detail + ")";
   return core::Error{err, std::move(reason)};
 }
 

@@ -54,7 +54,7 @@ bool has_bpf_capability();
 // address with SO_REUSEPORT, key.slots of them). Fills cfg and socks, attaches the program to the
 // group (SO_ATTACH_REUSEPORT_EBPF on udp_fds[0]). On failure the reason says why, e.g.
 // "no CAP_BPF: load: Operation not permitted"; nothing is attached then. libbpf's own messages go
-// to `log` at debug level (warnings at info) instead of stderr.
+// to `log` at debug level instead of stderr (its warnings also end up in the error text).
 core::Result<BpfSteering> load_bpf_steering(const std::vector<int>& udp_fds, const SteeringKey& key,
                                             core::Logger* log = nullptr);
 
