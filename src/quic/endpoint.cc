@@ -299,6 +299,10 @@ void Endpoint::on_forwarded() {
 
 void Endpoint::process(Socket& s, const Datagram& d) {
   ++stats_.packets_in;
+  if (d.len == 0) {  // ngtcp2_pkt_decode_version_cid asserts on an empty datagram
+    ++stats_.dropped;
+    return;
+  }
   ngtcp2_version_cid vc;
   int rv = ngtcp2_pkt_decode_version_cid(&vc, d.data, d.len, kCidLength);
   if (rv == NGTCP2_ERR_VERSION_NEGOTIATION) {
