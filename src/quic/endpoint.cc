@@ -15,6 +15,7 @@
 
 #include "quic/forward.h"
 #include "quic/h3_connection.h"
+#include "quic/stateless.h"
 #include "quic/steering.h"
 
 #ifndef UDP_SEGMENT
@@ -348,15 +349,8 @@ void Endpoint::process(Socket& s, const Datagram& d) {
 }
 
 bool Endpoint::retry_required() {
-  switch (options_.retry) {
-    case RetryMode::kOn:
-      return true;
-    case RetryMode::kOff:
-      return false;
-    case RetryMode::kAuto:
-      break;
-  }
-  return initials_in_window_ > options_.retry_auto_initials_per_sec;
+  return quic::retry_required(options_.retry, initials_.current(loop_.now()),
+                              options_.retry_auto_initials_per_sec);
 }
 
 void Endpoint::handle_new(Socket& s, const Datagram& d, const ngtcp2_version_cid& vc) {
@@ -380,12 +374,7 @@ void Endpoint::handle_new(Socket& s, const Datagram& d, const ngtcp2_version_cid
     ++stats_.dropped;
     return;
   }
-  uint64_t sec = loop_.now() / 1000;
-  if (sec != initial_window_s_) {
-    initial_window_s_ = sec;
-    initials_in_window_ = 0;
-  }
-  ++initials_in_window_;
+  initials_.add(loop_.now());
 
   ngtcp2_cid odcid = hd.dcid;
   bool retried = false, validated = false;
@@ -468,33 +457,20 @@ void Endpoint::send_invalid_token(Socket& s, const Datagram& d, const ngtcp2_pkt
 
 void Endpoint::send_stateless_reset(Socket& s, const Datagram& d, const uint8_t* dcid,
                                     size_t dcidlen) {
-  uint64_t sec = loop_.now() / 1000;
-  if (sec != reset_window_s_) {
-    reset_window_s_ = sec;
-    resets_in_window_ = 0;
-  }
-  if (resets_in_window_ >= options_.stateless_resets_per_sec) {
+  size_t total = stateless_reset_length(d.len);
+  if (total == 0 || resets_.current(loop_.now()) >= options_.stateless_resets_per_sec) {
     ++stats_.dropped;
     return;
   }
-  // RFC 9000 §10.3.3: smaller than the packet that triggered it (two endpoints can never loop),
-  // and at most 1 + 42 random bytes + the 16-byte token.
-  size_t total = std::min<size_t>(d.len - 1, 59);
-  if (total < 1 + NGTCP2_MIN_STATELESS_RESET_RANDLEN + NGTCP2_STATELESS_RESET_TOKENLEN) {
-    ++stats_.dropped;
-    return;
-  }
-  size_t randlen = total - 1 - NGTCP2_STATELESS_RESET_TOKENLEN;
-  ngtcp2_cid cid;
-  ngtcp2_cid_init(&cid, dcid, dcidlen);
+  size_t randlen = total - NGTCP2_STATELESS_RESET_TOKENLEN;
   uint8_t token[NGTCP2_STATELESS_RESET_TOKENLEN];
-  if (ngtcp2_crypto_generate_stateless_reset_token(token, secret(), kSecretLen, &cid) != 0) return;
+  if (!stateless_reset_token(secret(), kSecretLen, dcid, dcidlen, token)) return;
   uint8_t rnd[64];
   (void)gnutls_rnd(GNUTLS_RND_NONCE, rnd, randlen);
   uint8_t buf[128];
   auto n = ngtcp2_pkt_write_stateless_reset(buf, sizeof buf, token, rnd, randlen);
   if (n <= 0) return;
-  ++resets_in_window_;
+  resets_.add(loop_.now());
   ++stats_.stateless_resets;
   send_raw(s, d, buf, static_cast<size_t>(n));
 }

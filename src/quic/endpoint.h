@@ -27,6 +27,7 @@
 #include "http/server.h"
 #include "quic/context.h"
 #include "quic/server.h"
+#include "quic/stateless.h"
 
 namespace corral::quic {
 
@@ -121,11 +122,8 @@ class Endpoint {
   bool flush_scheduled_ = false;
   std::vector<H3Connection*> blocked_;
   bool gso_ = true;
-  // kAuto Retry: new-connection Initials in the current second.
-  uint64_t initial_window_s_ = 0;
-  uint32_t initials_in_window_ = 0;
-  uint64_t reset_window_s_ = 0;
-  uint32_t resets_in_window_ = 0;
+  PerSecond initials_;  // new-connection Initials (RetryMode::kAuto)
+  PerSecond resets_;    // stateless resets sent
   // Receive buffers (recvmmsg).
   std::vector<uint8_t> rx_buf_;
   bool closing_ = false;

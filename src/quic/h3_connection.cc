@@ -269,46 +269,15 @@ void H3Stream::submit(http::Response& r) {
     return;
   }
   if (auto* spec = std::get_if<http::FileSpec>(&r.body)) {
-    file_ = http::resolve_file(req_, *spec);
-    if (file_.status >= 400 && !file_.fd.valid()) {
-      if (file_.status == 416) {
-        submit_head(416, r, {}, 0, &file_.headers, false);
-      } else {
-        std::string phrase(http::reason_phrase(file_.status));
-        phrase.push_back('\n');
-        int64_t len = static_cast<int64_t>(phrase.size());
-        bool with_body = !head_only;
-        if (with_body) {
-          add_chunk(std::move(phrase));
-          eof_ = true;
-        }
-        submit_head(file_.status, r, "text/plain; charset=utf-8", len, &file_.headers, with_body);
-      }
-      file_ = http::ResolvedFile{};
-      return;
-    }
-    if (!file_.location.empty()) file_.headers.emplace_back("Location", file_.location);
-    bool has_body = file_.fd.valid() && file_.content_length > 0 && !head_only;
-    std::string ct = file_.content_type;
-    int status = file_.status;
-    int64_t len = status == 304 ? -1 : static_cast<int64_t>(file_.content_length);
-    if (has_body) {
+    http::ResolvedFile f = http::resolve_file(req_, *spec);
+    FilePlan plan = plan_file(f, head_only);
+    if (plan.has_body) {
+      file_fd_ = std::move(f.fd);
+      segments_ = std::move(plan.segments);
+      segment_ = 0;
       file_active_ = true;
-      file_part_ = 0;
-      if (file_.parts.empty()) {
-        http::ByteRange whole{0, file_.size ? file_.size - 1 : 0};
-        http::ByteRange range = file_.ranges.empty() ? whole : file_.ranges.front();
-        file_offset_ = range.first;
-        file_left_ = range.last - range.first + 1;
-      } else {
-        add_chunk(file_.parts[0].head);
-        file_offset_ = file_.parts[0].range.first;
-        file_left_ = file_.parts[0].range.last - file_.parts[0].range.first + 1;
-      }
     }
-    FieldList extra = file_.headers;
-    if (!has_body) file_ = http::ResolvedFile{};
-    submit_head(status, r, ct, len, &extra, has_body);
+    submit_head(plan.status, r, plan.content_type, plan.length, &plan.extra, plan.has_body);
     return;
   }
   if (auto* d = std::get_if<http::DeferredBody>(&r.body)) {
@@ -350,24 +319,28 @@ void H3Stream::add_chunk(std::string data) {
 }
 
 bool H3Stream::fill_file() {
-  // Reads the next chunks of the file (and multipart framing) into memory.
-  for (size_t i = 0; i < kFileChunksPerRead && file_active_; ++i) {
-    if (file_left_ == 0) {
-      if (!file_.parts.empty() && ++file_part_ < file_.parts.size()) {
-        add_chunk(file_.parts[file_part_].head);
-        file_offset_ = file_.parts[file_part_].range.first;
-        file_left_ = file_.parts[file_part_].range.last - file_offset_ + 1;
-        continue;
-      }
-      if (!file_.parts.empty()) add_chunk(file_.tail);
+  // The next segments of a file body: framing text as is, file ranges read in chunks.
+  for (size_t i = 0; i < kFileChunksPerRead && file_active_;) {
+    if (segment_ == segments_.size()) {
       file_active_ = false;
       eof_ = true;
-      file_ = http::ResolvedFile{};
+      file_fd_.reset();
+      segments_.clear();
       return true;
     }
-    size_t want = file_left_ > kFileChunk ? kFileChunk : static_cast<size_t>(file_left_);
+    auto& seg = segments_[segment_];
+    if (!seg.text.empty()) {
+      add_chunk(std::move(seg.text));
+      ++segment_;
+      continue;
+    }
+    if (seg.length == 0) {
+      ++segment_;
+      continue;
+    }
+    size_t want = seg.length > kFileChunk ? kFileChunk : static_cast<size_t>(seg.length);
     std::string chunk(want, '\0');
-    ssize_t n = ::pread(file_.fd.get(), chunk.data(), want, static_cast<off_t>(file_offset_));
+    ssize_t n = ::pread(file_fd_.get(), chunk.data(), want, static_cast<off_t>(seg.offset));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       // The file shrank under us or cannot be read: the announced length cannot be kept.
@@ -376,9 +349,10 @@ bool H3Stream::fill_file() {
       return false;
     }
     chunk.resize(static_cast<size_t>(n));
-    file_offset_ += static_cast<uint64_t>(n);
-    file_left_ -= static_cast<uint64_t>(n);
+    seg.offset += static_cast<uint64_t>(n);
+    seg.length -= static_cast<uint64_t>(n);
     add_chunk(std::move(chunk));
+    ++i;
   }
   return true;
 }

@@ -98,11 +98,10 @@ class H3Stream final : private http::StreamWriter, private http::Responder {
   bool wants_writable_ = false;
   bool in_read_ = false;  // inside read_data (nghttp3 must not be re-entered)
   // A file body: what resolve_file decided, and where we are.
-  http::ResolvedFile file_;
+  core::UniqueFd file_fd_;
+  std::vector<BodySegment> segments_;  // what is left of a file body (plan_file)
+  size_t segment_ = 0;
   bool file_active_ = false;
-  size_t file_part_ = 0;
-  uint64_t file_offset_ = 0;
-  uint64_t file_left_ = 0;
   std::unique_ptr<http::StreamProducer> producer_;
   std::unique_ptr<http::DeferredProducer> deferred_;
 };

@@ -132,4 +132,42 @@ void response_head(int status, const http::Response& r, std::string_view content
   }
 }
 
+FilePlan plan_file(const http::ResolvedFile& f, bool head_only) {
+  FilePlan p;
+  p.status = f.status;
+  p.extra = f.headers;
+  if (f.status >= 400 && !f.fd.valid()) {
+    if (f.status == 416) {
+      p.length = 0;
+      return p;
+    }
+    std::string phrase(http::reason_phrase(f.status));
+    phrase.push_back('\n');
+    p.content_type = "text/plain; charset=utf-8";
+    p.length = static_cast<int64_t>(phrase.size());
+    if (!head_only) {
+      p.segments.push_back({std::move(phrase), 0, 0});
+      p.has_body = true;
+    }
+    return p;
+  }
+  if (!f.location.empty()) p.extra.emplace_back("Location", f.location);
+  p.content_type = f.content_type;
+  p.length = f.status == 304 ? -1 : static_cast<int64_t>(f.content_length);
+  if (!f.fd.valid() || f.content_length == 0 || head_only) return p;
+  p.has_body = true;
+  if (f.parts.empty()) {
+    http::ByteRange whole{0, f.size ? f.size - 1 : 0};
+    http::ByteRange r = f.ranges.empty() ? whole : f.ranges.front();
+    p.segments.push_back({{}, r.first, r.last - r.first + 1});
+    return p;
+  }
+  for (const auto& part : f.parts) {
+    p.segments.push_back({part.head, 0, 0});
+    p.segments.push_back({{}, part.range.first, part.range.last - part.range.first + 1});
+  }
+  p.segments.push_back({f.tail, 0, 0});
+  return p;
+}
+
 }  // namespace corral::quic

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "http/file_response.h"
 #include "http/request.h"
 #include "http/response.h"
 
@@ -72,6 +73,25 @@ using FieldList = std::vector<std::pair<std::string, std::string>>;
 void response_head(int status, const http::Response& r, std::string_view content_type,
                    int64_t length, const FieldList* extra, std::string_view csp_nonce,
                    const HeadDefaults& d, FieldList& out);
+
+// A file response laid out for HTTP/3: the head to send and the body as segments, either framing
+// text (multipart part heads, the closing delimiter) or a range of the open file. Mirrors what
+// the HTTP/1.1 connection does with a ResolvedFile (404/403 get a short text body, 416 none,
+// 304 no length, HEAD the length a GET would have and no body).
+struct BodySegment {
+  std::string text;     // non-empty: send these bytes
+  uint64_t offset = 0;  // else: `length` bytes of the file from `offset`
+  uint64_t length = 0;
+};
+struct FilePlan {
+  int status = 200;
+  std::string content_type;
+  int64_t length = -1;  // content-length, or -1 for none
+  FieldList extra;      // the resolver's headers (and Location)
+  std::vector<BodySegment> segments;
+  bool has_body = false;
+};
+FilePlan plan_file(const http::ResolvedFile& f, bool head_only);
 
 // Whether a route's header may go out over HTTP/3 (name and value free of CR/LF/NUL, not a
 // connection-specific field).

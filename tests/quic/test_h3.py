@@ -306,6 +306,12 @@ def test_bad_input_dropped(start_site, tmp_path):
     # A padded Initial whose payload is garbage (fails to decrypt).
     s.sendto((bytes([0xC0, 0, 0, 0, 1, 8]) + os.urandom(8) + bytes([8]) + os.urandom(8) +
               bytes([0, 0x44, 0xd0]) + os.urandom(1300)), addr)
+    # Random datagrams may look like unknown versions and get Version Negotiation: drain them.
+    try:
+        while True:
+            s.recvfrom(2048)
+    except socket.timeout:
+        pass
     # An unknown version, 1200 bytes: Version Negotiation comes back, listing version 1.
     s.sendto(bytes([0xC0, 0x1a, 0x2a, 0x3a, 0x4a, 8]) + b"A" * 8 + bytes([8]) + b"B" * 8 +
              b"\0" * 1200, addr)
@@ -314,7 +320,8 @@ def test_bad_input_dropped(start_site, tmp_path):
         vn, _ = s.recvfrom(2048)
     except socket.timeout:
         pass
-    assert vn is not None and vn[1:5] == b"\0\0\0\0" and b"\0\0\0\x01" in vn[5:]
+    assert vn is not None and vn[1:5] == b"\0\0\0\0", vn
+    assert vn[5:] == bytes([8]) + b"B" * 8 + bytes([8]) + b"A" * 8 + b"\0\0\0\x01", vn
     # A short header with a random DCID: no reset for CIDs that are not ours.
     s.sendto(bytes([0x40]) + os.urandom(60), addr)
     try:
@@ -325,4 +332,6 @@ def test_bad_input_dropped(start_site, tmp_path):
     d, out = fetch(site, ["/whoami"], tmp_path)
     assert read(d, "whoami") == f"pid={site.proc.pid} slot=0\n".encode(), out
     assert site.proc.poll() is None
-    assert stats(site, tmp_path)["dropped"] >= 9
+    st = stats(site, tmp_path)
+    print(st)
+    assert st["dropped"] >= 7, st  # 0..100-byte junk, the truncated Initial, the short header
