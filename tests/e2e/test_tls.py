@@ -254,6 +254,29 @@ def test_plain_http_and_garbage_on_tls_port_are_closed(tls_site):
     assert r.stdout == "hello over tls\n"
 
 
+def test_alt_svc_header_when_configured(server_factory, tls_site, tmp_path):
+    assert "alt-svc" not in (h.lower() for h in _head(tls_site.port, None))  # default: none
+    cert, key, _ = make_cert(tmp_path / "alt")
+    srv = server_factory("--tls-listen", "127.0.0.1:0", "--tls-cert", cert, "--tls-key", key,
+                         "--alt-svc", 'h3=":8443"; ma=86400')
+    port = tls_port(srv)
+    for p, ca in ((srv.port, None), (port, cert)):
+        assert _head(p, ca).get("alt-svc") == 'h3=":8443"; ma=86400'
+
+
+def _head(port, cafile):
+    if cafile:
+        conn = http.client.HTTPSConnection("localhost", port, timeout=10,
+                                           context=client_context(cafile))
+    else:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", "/canary/count")
+    r = conn.getresponse()
+    r.read()
+    conn.close()
+    return {k.lower(): v for k, v in r.getheaders()}
+
+
 def test_websocket_echo_over_tls(tls_site):
     websockets = pytest.importorskip("websockets")
 

@@ -21,7 +21,8 @@
 //   /ws/who            sends the principal's id (or "anonymous") and the {param}-less pattern
 // Flags: --listen ADDR (port 0: any), --root DIR, --config FILE (corral's TOML),
 //        --publish-delay-ms N (routes are published N ms after listening),
-//        --tls-listen ADDR --tls-cert PEM --tls-key PEM (a TLS listener, too).
+//        --tls-listen ADDR --tls-cert PEM --tls-key PEM (a TLS listener, too),
+//        --alt-svc VALUE (ServerOptions::alt_svc).
 // Logs go to stderr; the "listening address=..." line gives the bound port ("tls_listening
 // address=..." the TLS one).
 #include <signal.h>
@@ -104,6 +105,8 @@ int main(int argc, char** argv) {
   app.add_option("--tls-listen", tls_listen);
   app.add_option("--tls-cert", tls_cert);
   app.add_option("--tls-key", tls_key);
+  std::string alt_svc;
+  app.add_option("--alt-svc", alt_svc);
   CLI11_PARSE(app, argc, argv);
 
   cli::Config config;
@@ -112,6 +115,7 @@ int main(int argc, char** argv) {
     for (const auto& p : errors.problems) std::cerr << "config: " << p << "\n";
     if (!errors.empty()) return cli::kExitBadConfig;
   }
+  if (!alt_svc.empty()) config.server.alt_svc = alt_svc;
   cli::ConfigErrors errors;
   auto policy = cli::build_policy(config, errors);
   auto addr = core::parse_address(listen);
