@@ -659,8 +659,7 @@ void Endpoint::drain_tick() {
     // accepted; step 3: connections whose streams are done get CONNECTION_CLOSE(H3_NO_ERROR).
     if (now - close_started_ms_ >= 100) {
       for (auto* c : all) {
-        if (!conns_.count(c)) continue;
-        c->goaway();
+        if (conns_.count(c) && c->goaway()) ++goaways_;
       }
     }
     if (now - close_started_ms_ >= 200) {
@@ -678,7 +677,8 @@ void Endpoint::maybe_finish_close() {
   tick_.cancel();
   auto done = std::move(close_done_);
   close_done_ = nullptr;
-  log().info("quic_closed", "handshakes={} requests={}", stats_.handshakes, stats_.requests);
+  log().info("quic_closed", "handshakes={} requests={} goaways={}", stats_.handshakes,
+             stats_.requests, goaways_);
   loop_.defer(std::move(done));
 }
 

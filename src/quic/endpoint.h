@@ -131,6 +131,7 @@ class Endpoint {
   core::Timer close_timer_;  // close_timeout: CONNECTION_CLOSE whatever is left
   core::Timer tick_;         // while closing: GOAWAY steps; while a site is missing: parked
   uint64_t close_started_ms_ = 0;
+  uint64_t goaways_ = 0;  // GOAWAYs sent while closing (log)
 };
 
 }  // namespace corral::quic

@@ -148,12 +148,12 @@ void H3Stream::dispatch() {
   }
   req_.body = body_;
   req_.loop = &ep.loop();
+  req_.scheme = "https";  // a relay's forwarding headers may say otherwise (admission)
   auto a = http::admit(req_, conn_.peer(), tcp.policy());
   if (a.status) {
     respond_error(a.status, a.reason);
     return;
   }
-  req_.scheme = "https";
   if (!tcp.site()) {
     parked_ = true;
     park_deadline_ms_ = ep.loop().now() + tcp.options().ready_timeout_ms;
@@ -969,12 +969,12 @@ void H3Connection::shutdown_notice() {
   }
 }
 
-void H3Connection::goaway() {
-  if (h3_ && state_ == State::kOpen && !goaway_sent_) {
-    goaway_sent_ = true;
-    nghttp3_conn_shutdown(h3_);
-    schedule_write();
-  }
+bool H3Connection::goaway() {
+  if (!h3_ || state_ != State::kOpen || goaway_sent_) return false;
+  goaway_sent_ = true;
+  if (nghttp3_conn_shutdown(h3_) != 0) return false;
+  schedule_write();
+  return true;
 }
 
 bool H3Connection::parked_any() const {

@@ -121,7 +121,7 @@ class H3Connection {
   void on_writable();
   // Graceful close steps (Endpoint::close).
   void shutdown_notice();
-  void goaway();
+  bool goaway();  // true: sent now (not before)
   bool has_streams() const { return !streams_.empty(); }
   void close_now();  // CONNECTION_CLOSE (H3_NO_ERROR), then gone
   void tick_parked(uint64_t now_ms);

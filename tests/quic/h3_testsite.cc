@@ -10,9 +10,10 @@
 //   POST /upload      the body's length
 //   GET /static/*     files under --root (ranges, conditionals)
 //   GET /h3stats      the Http3Server's counters (JSON)
+//   GET /ws           a WebSocket-style upgrade (HTTP/3 answers 501)
 // Flags: --cert/--key PEM files, --port (0: any), --root DIR, --retry on|off|auto,
 //        --secret-hex (64 hex digits; the stateless-reset/token secret), --tag (CID tag),
-//        --idle-ms, --close-timeout-ms. Prints "PORT <n>" on stdout once listening; SIGTERM
+//        --idle-ms, --close-timeout-ms, --max-body (bytes), --retry-rate (kAuto's Initials/s). Prints "PORT <n>" on stdout once listening; SIGTERM
 //        closes gracefully.
 #include <gnutls/crypto.h>
 #include <unistd.h>
@@ -132,6 +133,10 @@ int main(int argc, char** argv) {
   app.add_option("--tag", tag);
   app.add_option("--idle-ms", idle_ms);
   app.add_option("--close-timeout-ms", close_timeout_ms);
+  uint64_t max_body = 8 << 20;
+  uint32_t retry_rate = 1000;
+  app.add_option("--max-body", max_body);
+  app.add_option("--retry-rate", retry_rate);
   CLI11_PARSE(app, argc, argv);
 
   core::Logger log(2, core::LogLevel::kInfo);
@@ -187,6 +192,7 @@ int main(int argc, char** argv) {
   ctx.ticket_key = ticket.value();
   quic::Http3Options h3opts;
   h3opts.idle_timeout_ms = idle_ms;
+  h3opts.retry_auto_initials_per_sec = retry_rate;
   h3opts.retry = retry == "on"    ? quic::RetryMode::kOn
                  : retry == "off" ? quic::RetryMode::kOff
                                   : quic::RetryMode::kAuto;
@@ -217,6 +223,12 @@ int main(int argc, char** argv) {
   });
   site.route("POST /upload", [](http::Request& req) {
     return http::Response::text(std::to_string(req.body.size()) + "\n");
+  });
+  site.route("GET /ws", [](http::Request&) {
+    struct Never final : http::UpgradeHandler {
+      void take_over(http::UpgradeContext) override {}
+    };
+    return http::Response::upgrade(std::make_unique<Never>());
   });
   site.route("GET /static/*", [root](http::Request& req) {
     http::FileSpec spec;
@@ -250,6 +262,7 @@ int main(int argc, char** argv) {
   http::RunOptions opts;
   opts.adopt_fds = {tcp->release()};
   opts.server.close_timeout_ms = close_timeout_ms;
+  opts.server.limits.max_body = max_body;
   opts.on_server = [&](http::Server& server) {
     auto h3 = std::make_shared<quic::Http3Server>(server, ctx, h3opts);
     if (auto r = h3->start(); !r) {

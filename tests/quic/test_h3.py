@@ -161,6 +161,51 @@ def test_upload(start_site, tmp_path):
     assert read(d, "upload") == b"300000\n", out
 
 
+def test_methods_and_refusals(start_site, tmp_path):
+    site = start_site("--max-body", "100000")
+    d, out = fetch(site, ["/whoami"], tmp_path, "-m", "TRACE")
+    assert read(d, "whoami") == b"Not Implemented\n", out
+    d, out = fetch(site, ["/whoami"], tmp_path, "-m", "HEAD", "--no-quic-dump", quiet=False)
+    assert "[:status: 200]" in out and "[content-length: " in out, out
+    assert not read(d, "whoami")
+    d, out = fetch(site, ["/ws"], tmp_path)
+    assert read(d, "ws") == b"Not Implemented\n", out  # no WebSocket over HTTP/3
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(300_000))
+    d, out = fetch(site, ["/upload"], tmp_path, "-m", "POST", f"--data={big}")
+    assert read(d, "upload") == b"Content Too Large\n", out
+    d, out = fetch(site, ["/whoami"], tmp_path)  # the connection-level state is fine after
+    assert read(d, "whoami") == f"pid={site.proc.pid} slot=0\n".encode()
+    site.stop()
+    log = site.log()
+    assert "method=TRACE target=/whoami status=501" in log
+    assert "status=413" in log
+
+
+def test_idle_timeout(start_site, tmp_path):
+    site = start_site("--idle-ms", "300")
+    d = tmp_path / "dl-idle"
+    d.mkdir()
+    # No --exit-on-all-streams-close: the client stays until the (negotiated, 300 ms) idle
+    # timeout closes the connection on both sides.
+    r = subprocess.run([CLIENT, "-q", f"--download={d}", "--timeout=60s", "127.0.0.1",
+                        str(site.port), f"https://localhost:{site.port}/whoami"],
+                       capture_output=True, timeout=30)
+    assert read(d, "whoami") == f"pid={site.proc.pid} slot=0\n".encode()
+    time.sleep(1)
+    assert stats(site, tmp_path)["connections_active"] == 1  # only the stats request's
+
+
+def test_retry_auto_under_initial_flood(start_site, tmp_path):
+    site = start_site("--retry-rate", "5")
+    with concurrent.futures.ThreadPoolExecutor(10) as pool:
+        results = list(pool.map(lambda i: read(fetch(site, ["/whoami"], tmp_path)[0], "whoami"),
+                                range(30)))
+    assert all(r == f"pid={site.proc.pid} slot=0\n".encode() for r in results)
+    s = stats(site, tmp_path)
+    assert s["retries_sent"] >= 1, s
+
+
 def test_download_100mib(start_site, tmp_path):
     site = start_site()
     n = 100 * 1024 * 1024
@@ -271,14 +316,14 @@ def test_foreign_authority_refused(start_site, tmp_path):
 
 def test_graceful_close_finishes_download(start_site, tmp_path):
     site = start_site("--close-timeout-ms", "20000")
-    n = 400 * 1024 * 1024
+    n = 200 * 1024 * 1024
     d = tmp_path / "dl-close"
     d.mkdir()
     log_path = tmp_path / "client-close.log"
     with open(log_path, "w") as log:
         client = subprocess.Popen(
-            [CLIENT, "--exit-on-all-streams-close", f"--download={d}", "--timeout=10s",
-             "--no-http-dump", "--no-quic-dump", "127.0.0.1", str(site.port),
+            [CLIENT, "-q", "--exit-on-all-streams-close", f"--download={d}", "--timeout=10s",
+             "127.0.0.1", str(site.port),
              f"https://localhost:{site.port}/bytes/{n}"], stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 10
         while not (d / str(n)).exists() or (d / str(n)).stat().st_size < 1_000_000:
@@ -291,7 +336,9 @@ def test_graceful_close_finishes_download(start_site, tmp_path):
     data = read(d, str(n))
     assert data is not None and len(data) == n, log_path.read_text()[-2000:]
     assert data[:1000] == pattern(1000) and data[-26:] == pattern(n)[-26:]
-    assert "quic_closing" in site.log() and "quic_closed" in site.log()
+    log = site.log()
+    assert "quic_closing connections=1" in log and "quic_closed" in log
+    assert "goaways=1" in log
 
 
 def test_bad_input_dropped(start_site, tmp_path):
