@@ -123,7 +123,7 @@ http {
 EOF
 }
 
-start_server() {  # $1 nginx|corral  $2 port
+start_server() {  # $1 nginx|corral  $2 port  $3 hello|static
   case "$1" in
     nginx)
       write_nginx_conf "$2"
@@ -131,17 +131,21 @@ start_server() {  # $1 nginx|corral  $2 port
         >"$tmp/server.out" 2>&1 &
       ;;
     corral)
-      # The plain listener is unused; the TLS one is measured. /hello is served from the root.
-      "${prio[@]}" taskset -c 0 "$corral" serve "$tmp/www" --listen "127.0.0.1:0" \
+      # The plain listener is unused; the TLS one is measured. As in run.sh: /hello is the
+      # embedded site's 5-byte route (nginx: `return 200`), /64k.bin comes from a served DIR.
+      local dir=()
+      [[ "$3" == static ]] && dir=("$tmp/www")
+      "${prio[@]}" taskset -c 0 "$corral" serve "${dir[@]}" --listen "127.0.0.1:0" \
         --tls-listen "127.0.0.1:$2" --cert "$cert" --key "$key" --state-dir "$tmp/state" \
         --no-access-log --log-level warn >"$tmp/server.out" 2>&1 &
       ;;
   esac
   server_pid=$!
   local url="https://localhost:$2/hello" got
+  [[ "$3" == static ]] && url="https://localhost:$2/64k.bin"
   for _ in $(seq 100); do
-    if got=$(curl -fsS --cacert "$cert" "$url" 2>/dev/null); then
-      [[ "$got" == hello ]] && return 0
+    if got=$(curl -fsS --cacert "$cert" "$url" 2>/dev/null | wc -c); then
+      [[ ("$3" == static && "$got" -eq 65536) || ("$3" == hello && "$got" -eq 5) ]] && return 0
       echo "tls.sh: $1 answered $url with '$got'" >&2
       return 1
     fi
@@ -206,7 +210,9 @@ IFS=, read -ra case_list <<<"$cases"
 for c in "${case_list[@]}"; do
   for server in nginx corral; do
     port=$(free_port)
-    start_server "$server" "$port"
+    kind=hello
+    [[ "$c" == b ]] && kind=static
+    start_server "$server" "$port" "$kind"
     measure "$c" "$server" "$port"
     stop_server
   done

@@ -1,11 +1,18 @@
 #include "tls/session.h"
 
 #include <errno.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstring>
 
 namespace corral::tls {
 
 namespace {
 constexpr char kHttp11[] = "http/1.1";
+// One full TLS record (16 KiB of plaintext plus header and AEAD overhead), and then some.
+constexpr size_t kReadAhead = 18 * 1024;
 }  // namespace
 
 void SessionDelete::operator()(Session* s) const {
@@ -44,8 +51,54 @@ core::Result<SessionPtr> Session::accept(const ServerConfig& config, int fd) {
     rc = gnutls_session_ticket_enable_server(s->session_, config.ticket_key()->get());
   if (rc != 0) return core::Error{rc, std::string("tls session: ") + gnutls_strerror(rc)};
   gnutls_certificate_server_set_request(s->session_, GNUTLS_CERT_IGNORE);
-  gnutls_transport_set_int(s->session_, fd);
+  s->fd_ = fd;
+  gnutls_transport_set_ptr(s->session_, s.get());
+  gnutls_transport_set_vec_push_function(s->session_, &Session::push);
+  gnutls_transport_set_pull_function(s->session_, &Session::pull);
+  gnutls_transport_set_pull_timeout_function(s->session_, &Session::pull_timeout);
   return s;
+}
+
+ssize_t Session::pull(gnutls_transport_ptr_t self, void* buf, size_t n) {
+  auto* s = static_cast<Session*>(self);
+  if (s->ahead_off_ == s->ahead_len_) {
+    if (!s->ahead_) s->ahead_ = std::make_unique<char[]>(kReadAhead);
+    ssize_t r;
+    do {
+      r = ::recv(s->fd_, s->ahead_.get(), kReadAhead, 0);
+    } while (r < 0 && errno == EINTR);
+    if (r <= 0) {
+      if (r < 0) gnutls_transport_set_errno(s->session_, errno);
+      return r;
+    }
+    s->ahead_off_ = 0;
+    s->ahead_len_ = static_cast<size_t>(r);
+  }
+  size_t take = std::min(n, s->ahead_len_ - s->ahead_off_);
+  std::memcpy(buf, s->ahead_.get() + s->ahead_off_, take);
+  s->ahead_off_ += take;
+  return static_cast<ssize_t>(take);
+}
+
+ssize_t Session::push(gnutls_transport_ptr_t self, const giovec_t* iov, int count) {
+  auto* s = static_cast<Session*>(self);
+  msghdr msg{};
+  // giovec_t is struct iovec on POSIX systems.
+  msg.msg_iov = const_cast<iovec*>(reinterpret_cast<const iovec*>(iov));
+  msg.msg_iovlen = static_cast<size_t>(count);
+  ssize_t r;
+  do {
+    r = ::sendmsg(s->fd_, &msg, MSG_NOSIGNAL);
+  } while (r < 0 && errno == EINTR);
+  if (r < 0) gnutls_transport_set_errno(s->session_, errno);
+  return r;
+}
+
+int Session::pull_timeout(gnutls_transport_ptr_t self, unsigned int ms) {
+  auto* s = static_cast<Session*>(self);
+  if (s->ahead_off_ < s->ahead_len_) return 1;
+  pollfd p{s->fd_, POLLIN, 0};
+  return ::poll(&p, 1, ms == GNUTLS_INDEFINITE_TIMEOUT ? -1 : static_cast<int>(ms));
 }
 
 Session::~Session() {

@@ -72,7 +72,11 @@ class Session {
 
   ssize_t read(void* buf, size_t n);
   ssize_t send(const void* buf, size_t n);
-  size_t pending() const { return gnutls_record_check_pending(session_); }
+  // Decrypted bytes inside GnuTLS plus received bytes in the read-ahead buffer: both are invisible
+  // to epoll.
+  size_t pending() const {
+    return gnutls_record_check_pending(session_) + (ahead_len_ - ahead_off_);
+  }
   // The last EAGAIN was waiting to write (GnuTLS's record direction), not to read.
   bool wants_write() const { return gnutls_record_get_direction(session_) == 1; }
   // close_notify, best effort: one non-blocking attempt.
@@ -86,7 +90,16 @@ class Session {
  private:
   Session() = default;
   ssize_t fail(int rc);
+  // GnuTLS's pull function: GnuTLS reads a record's 5-byte header and its body in two calls;
+  // one recv() into this buffer serves both (and the next records that came with them).
+  static ssize_t pull(gnutls_transport_ptr_t self, void* buf, size_t n);
+  static int pull_timeout(gnutls_transport_ptr_t self, unsigned int ms);
+  static ssize_t push(gnutls_transport_ptr_t self, const giovec_t* iov, int count);
   gnutls_session_t session_ = nullptr;
+  int fd_ = -1;
+  std::unique_ptr<char[]> ahead_;
+  size_t ahead_off_ = 0;
+  size_t ahead_len_ = 0;
   std::string error_;
 };
 

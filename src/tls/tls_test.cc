@@ -357,6 +357,32 @@ TEST_F(Loopback, PendingBytesAreReportedAndDrainable) {
   EXPECT_EQ(server_read(p, 2000).size(), 2000u);
 }
 
+TEST_F(Loopback, RecordsReadAheadCountAsPending) {
+  Pair p;
+  make_pair(p, "NORMAL");
+  ASSERT_TRUE(handshake(p));
+  for (char c : {'a', 'b', 'c'}) {  // three records in one segment train
+    std::string m(100, c);
+    ASSERT_EQ(gnutls_record_send(p.client, m.data(), m.size()), 100);
+  }
+  pollfd pfd{p.fds[0], POLLIN, 0};
+  ASSERT_EQ(poll(&pfd, 1, 1000), 1);
+  usleep(10'000);  // let all three arrive, so one recv() takes them
+  char buf[4096];
+  ASSERT_EQ(p.server->read(buf, sizeof buf), 100);  // GnuTLS returns one record per call
+  EXPECT_EQ(std::string(buf, 100), std::string(100, 'a'));
+  // The other two were received already: the socket is silent, pending() is not.
+  EXPECT_EQ(poll(&pfd, 1, 0), 0);
+  EXPECT_GE(p.server->pending(), 200u);
+  std::string rest;
+  while (p.server->pending() > 0) {
+    ssize_t n = p.server->read(buf, sizeof buf);
+    ASSERT_GT(n, 0);
+    rest.append(buf, static_cast<size_t>(n));
+  }
+  EXPECT_EQ(rest, std::string(100, 'b') + std::string(100, 'c'));
+}
+
 TEST_F(Loopback, TicketFromOneSessionResumesAnother) {
   gnutls_datum_t ticket{};
   {
