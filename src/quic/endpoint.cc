@@ -677,8 +677,12 @@ void Endpoint::maybe_finish_close() {
   tick_.cancel();
   auto done = std::move(close_done_);
   close_done_ = nullptr;
-  log().info("quic_closed", "handshakes={} requests={} goaways={}", stats_.handshakes,
-             stats_.requests, goaways_);
+  log().info("quic_closed",
+             "slot={} handshakes={} requests={} goaways={} packets_in={} packets_out={} "
+             "forwarded_in={} forwarded_out={} stateless_resets={} retries={} dropped={}",
+             ctx_.slot, stats_.handshakes, stats_.requests, goaways_, stats_.packets_in,
+             stats_.packets_out, stats_.forwarded_in, stats_.forwarded_out, stats_.stateless_resets,
+             stats_.retries_sent, stats_.dropped);
   loop_.defer(std::move(done));
 }
 

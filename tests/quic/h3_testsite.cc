@@ -13,12 +13,19 @@
 //   GET /ws           a WebSocket-style upgrade (HTTP/3 answers 501)
 // Flags: --cert/--key PEM files, --port (0: any), --root DIR, --retry on|off|auto,
 //        --secret-hex (64 hex digits; the stateless-reset/token secret), --tag (CID tag),
-//        --idle-ms, --close-timeout-ms, --max-body (bytes), --retry-rate (kAuto's Initials/s). Prints "PORT <n>" on stdout once listening; SIGTERM
+//        --idle-ms, --close-timeout-ms, --max-body (bytes), --retry-rate (kAuto's Initials/s),
+//        --slots N (N > 1: a parent makes N UDP sockets in one SO_REUSEPORT group and N forwarding
+//        socketpairs, forks N server processes, one per slot, and stops them on SIGTERM),
+//        --steering forward|off. Prints "PORT <n>" on stdout once listening; SIGTERM
 //        closes gracefully.
 #include <gnutls/crypto.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <array>
 #include <charconv>
 #include <cstdio>
 #include <iostream>
@@ -137,6 +144,10 @@ int main(int argc, char** argv) {
   uint32_t retry_rate = 1000;
   app.add_option("--max-body", max_body);
   app.add_option("--retry-rate", retry_rate);
+  int slots = 1;
+  std::string steering_mode = "forward";
+  app.add_option("--slots", slots)->check(CLI::Range(1, 16));
+  app.add_option("--steering", steering_mode)->check(CLI::IsMember({"forward", "off"}));
   CLI11_PARSE(app, argc, argv);
 
   core::Logger log(2, core::LogLevel::kInfo);
@@ -161,7 +172,7 @@ int main(int argc, char** argv) {
   if (tag == 0) (void)gnutls_rnd(GNUTLS_RND_NONCE, &tag, sizeof tag);
   steering.tag = tag;
   (void)gnutls_rnd(GNUTLS_RND_NONCE, &steering.seed, sizeof steering.seed);
-  steering.slots = 1;
+  steering.slots = static_cast<uint32_t>(slots);
 
   // TCP first (port 0 picks one), then UDP on the same port number.
   auto addr = core::parse_address("127.0.0.1:" + std::to_string(port));
@@ -173,20 +184,71 @@ int main(int argc, char** argv) {
   }
   auto bound = core::local_address(tcp->get());
   if (!bound) return 1;
-  int udp = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  int one = 1;
-  setsockopt(udp, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  setsockopt(udp, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
-  if (bind(udp, reinterpret_cast<const sockaddr*>(&bound->storage), bound->len) != 0) {
-    log.error("listen_failed", "udp=1 error=\"{}\"", strerror(errno));
-    return 1;
+  // One UDP socket per slot, all in one SO_REUSEPORT group, bound in slot order.
+  std::vector<int> udps;
+  for (int i = 0; i < slots; ++i) {
+    int udp = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int one = 1;
+    setsockopt(udp, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    setsockopt(udp, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+    if (bind(udp, reinterpret_cast<const sockaddr*>(&bound->storage), bound->len) != 0) {
+      log.error("listen_failed", "udp=1 error=\"{}\"", strerror(errno));
+      return 1;
+    }
+    udps.push_back(udp);
+  }
+  // Forwarding: slot i reads pairs[i][0]; everyone writes to pairs[i][1].
+  std::vector<std::array<int, 2>> pairs(static_cast<size_t>(slots), {-1, -1});
+  if (slots > 1) {
+    for (auto& p : pairs) {
+      if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, p.data()) != 0) return 1;
+      int buf = 1 << 20;
+      setsockopt(p[0], SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+      setsockopt(p[1], SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
+    }
+  }
+  int slot = 0;
+  if (slots > 1) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigprocmask(SIG_BLOCK, &set, nullptr);
+    std::vector<pid_t> kids;
+    bool child = false;
+    for (int i = 0; i < slots; ++i) {
+      pid_t pid = fork();
+      if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);  // a killed harness takes its slots with it
+        slot = i;
+        child = true;
+        break;
+      }
+      kids.push_back(pid);
+    }
+    if (!child) {
+      std::printf("PORT %d\n", bound->port());
+      std::fflush(stdout);
+      int sig = 0;
+      sigwait(&set, &sig);
+      for (pid_t k : kids) kill(k, SIGTERM);
+      int rc = 0;
+      for (pid_t k : kids) {
+        int status = 0;
+        waitpid(k, &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) rc = 1;
+      }
+      return rc;
+    }
   }
 
   quic::ProcessContext ctx;
-  ctx.slot = 0;
+  ctx.slot = slot;
   ctx.key = steering;
-  ctx.mode = quic::SteeringMode::kForward;
-  ctx.udp_fds = {udp};
+  ctx.mode = steering_mode == "off" ? quic::SteeringMode::kOff : quic::SteeringMode::kForward;
+  ctx.udp_fds = {udps[static_cast<size_t>(slot)]};
+  ctx.forward_rx = pairs[static_cast<size_t>(slot)][0];
+  for (auto& p : pairs) ctx.forward_tx.push_back(p[1]);
   ctx.secrets = secrets;
   ctx.credentials = creds.value();
   ctx.ticket_key = ticket.value();
@@ -199,8 +261,9 @@ int main(int argc, char** argv) {
 
   quic::Http3Server* h3_ptr = nullptr;
   http::SiteBuilder site;
-  site.route("GET /whoami", [](http::Request&) {
-    return http::Response::text("pid=" + std::to_string(getpid()) + " slot=0\n");
+  site.route("GET /whoami", [slot](http::Request&) {
+    return http::Response::text("pid=" + std::to_string(getpid()) +
+                                " slot=" + std::to_string(slot) + "\n");
   });
   site.route("GET /bytes/{n}", [](http::Request& req) {
     uint64_t n = 0;
@@ -276,6 +339,7 @@ int main(int argc, char** argv) {
     return c;
   };
   opts.on_listening = [&](http::Server&, const std::vector<core::SocketAddress>& addrs) {
+    if (slots > 1) return;  // the parent printed it
     std::printf("PORT %d\n", addrs.empty() ? 0 : addrs.front().port());
     std::fflush(stdout);
   };

@@ -382,3 +382,67 @@ def test_bad_input_dropped(start_site, tmp_path):
     st = stats(site, tmp_path)
     print(st)
     assert st["dropped"] >= 7, st  # 0..100-byte junk, the truncated Initial, the short header
+
+
+def closed_stats(log):
+    """The per-slot counters each process logs when it has closed (quic_closed)."""
+    out = []
+    for line in log.splitlines():
+        if " quic_closed " in line:
+            out.append({k: int(v) for k, v in (f.split("=") for f in line.split()[3:])})
+    return out
+
+
+def migrate_many(site, tmp_path, count, *extra):
+    args = ["--change-local-addr=200ms", "--delay-stream=500ms", *extra]
+
+    def one(i):
+        d, out = fetch(site, ["/whoami", "/bytes/300000"], tmp_path, *args, timeout=30)
+        who = read(d, "whoami")
+        return who if read(d, "300000") == pattern(300_000) else None
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        return list(pool.map(one, range(count)))
+
+
+@pytest.mark.parametrize("rebinding", [False, True])
+def test_fanout_forwarding_keeps_migrated_connections(start_site, tmp_path, rebinding):
+    # Four processes, one UDP socket each in one reuseport group, no BPF: after the client moves
+    # to a new port the kernel's 4-tuple hash picks a socket at random; forwarding must bring
+    # every datagram to the slot its connection ID names.
+    site = start_site("--slots", "4")
+    results = migrate_many(site, tmp_path, 16, *(["--nat-rebinding"] if rebinding else []))
+    good = [r for r in results if r]
+    slots_seen = {r.split()[1] for r in good}
+    assert site.stop() == 0
+    per_slot = closed_stats(site.log())
+    print(f"\n{len(good)}/16 migrated clients served; slots {sorted(slots_seen)}; "
+          f"forwarded out {sum(s['forwarded_out'] for s in per_slot)}, "
+          f"in {sum(s['forwarded_in'] for s in per_slot)}")
+    assert len(good) == 16
+    assert len(slots_seen) >= 2
+    assert len(per_slot) == 4
+    assert sum(s["forwarded_in"] for s in per_slot) > 0
+
+
+def test_fanout_without_steering_shows_the_flaw(start_site, tmp_path):
+    # The same with forwarding off: not asserted (the kernel's hash decides), only reported, so
+    # the number above has something to be compared with.
+    site = start_site("--slots", "4", "--steering", "off")
+    results = migrate_many(site, tmp_path, 16, "--nat-rebinding")
+    print(f"\nsteering off: {sum(1 for r in results if r)}/16 migrated clients served")
+    assert site.stop() == 0
+
+
+def test_fanout_retry(start_site, tmp_path):
+    # The Retry SCID carries the slot: the client's second Initial is forwarded back to the
+    # process that sent the Retry (any process could verify the token: the secret is shared).
+    site = start_site("--slots", "4", "--retry", "on")
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda i: read(fetch(site, ["/whoami"], tmp_path)[0], "whoami"),
+                                range(16)))
+    assert all(r and r.startswith(b"pid=") for r in results), results
+    assert site.stop() == 0
+    per_slot = closed_stats(site.log())
+    assert sum(s["retries"] for s in per_slot) >= 16
+    assert sum(s["handshakes"] for s in per_slot) == 16
