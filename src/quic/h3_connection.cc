@@ -114,12 +114,6 @@ void H3Stream::headers_done() {
   uint64_t n = 0;
   if (cl && std::from_chars(cl->data(), cl->data() + cl->size(), n).ec == std::errc() &&
       n > conn_.endpoint().tcp().options().limits.max_body) {
-    ++conn_.endpoint().stats().requests;
-    if (!in_request_) {
-      in_request_ = true;
-      conn_.stream_request_started();
-    }
-    log_target_.assign("-");
     respond_error(413, "request body too large");
     ngtcp2_conn_shutdown_stream_read(conn_.quic(), id_, NGHTTP3_H3_NO_ERROR);
   }
@@ -187,6 +181,11 @@ void H3Stream::park_expired() {
 void H3Stream::respond_error(int status, std::string_view reason) {
   if (responded_) return;
   auto& tcp = conn_.endpoint().tcp();
+  if (!in_request_) {  // refused before dispatch (413 while the body arrives): still a request
+    ++conn_.endpoint().stats().requests;
+    in_request_ = true;
+    conn_.stream_request_started();
+  }
   tcp.log().info("request_refused", "remote={} status={} reason=\"{}\" proto=h3",
                  conn_.peer().text(), status, reason);
   http::Response r = http::Response::status_only(status);
@@ -589,7 +588,11 @@ bool H3Connection::init(const ngtcp2_pkt_hd& hd, const ngtcp2_cid& odcid, bool r
   std::string k = Endpoint::server_key(scid.data, scid.datalen);
   if (!ep_.link(k, this)) return false;
   keys_.push_back(std::move(k));
-  k = Endpoint::client_key(hd.dcid.data, hd.dcid.datalen, remote_);
+  // The DCID the client keeps using until it learns our SCID: its own choice (keyed with its
+  // address: not unique), or after a Retry the SCID of our Retry (ours: unique).
+  k = cid_is_ours(hd.dcid.data, hd.dcid.datalen, ctx.key.tag)
+          ? Endpoint::server_key(hd.dcid.data, hd.dcid.datalen)
+          : Endpoint::client_key(hd.dcid.data, hd.dcid.datalen, remote_);
   if (ep_.link(k, this)) keys_.push_back(std::move(k));
   return true;
 }
