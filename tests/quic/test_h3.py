@@ -206,6 +206,21 @@ def test_retry_auto_under_initial_flood(start_site, tmp_path):
     assert s["retries_sent"] >= 1, s
 
 
+def test_zero_rtt_refused_request_still_served(start_site, tmp_path):
+    # 0-RTT is off (no shared anti-replay store across processes): a client with a ticket tries
+    # early data, is refused, and sends the request again in 1-RTT.
+    site = start_site()
+    sess, tp = tmp_path / "session.pem", tmp_path / "tp.pem"
+    outs = []
+    for _ in range(2):
+        d, out = fetch(site, ["/whoami"], tmp_path, "--no-quic-dump", "--no-http-dump",
+                       f"--session-file={sess}", f"--tp-file={tp}", quiet=False)
+        assert read(d, "whoami") == f"pid={site.proc.pid} slot=0\n".encode(), out
+        outs.append(out)
+    assert sess.exists() and tp.exists()
+    assert "Early data was rejected by server" in outs[1], outs[1][-2000:]
+
+
 def test_download_100mib(start_site, tmp_path):
     site = start_site()
     n = 100 * 1024 * 1024
