@@ -273,14 +273,14 @@ void Endpoint::on_readable(Socket& s) {
 }
 
 void Endpoint::on_forwarded() {
-  uint8_t buf[kMaxDatagram + 512];
+  uint8_t* buf = rx_buf_.data();  // 2 MiB: any forwarded message fits
   for (int i = 0; i < 64; ++i) {
-    ssize_t n = recv(forward_->fd, buf, sizeof buf, MSG_DONTWAIT);
+    ssize_t n = recv(forward_->fd, buf, rx_buf_.size(), MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return;
     ForwardHeader h;
     Datagram d;
-    if (!decode_forwarded(buf, static_cast<size_t>(n), h, &d.data, &d.len)) {
+    if (!decode_forwarded(buf, static_cast<size_t>(n), h, &d.data, &d.len) || d.len == 0) {
       ++stats_.dropped;
       continue;
     }
@@ -685,7 +685,5 @@ void Endpoint::maybe_finish_close() {
              stats_.retries_sent, stats_.dropped);
   loop_.defer(std::move(done));
 }
-
-void Endpoint::connection_idle_changed() {}
 
 }  // namespace corral::quic

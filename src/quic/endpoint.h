@@ -85,7 +85,9 @@ class Endpoint {
   void schedule_write(H3Connection* c);
   // The connection is finished: unlink it and destroy it after this round.
   void remove(H3Connection* c);
-  void connection_idle_changed();
+  // One transmit buffer for every connection's write loop (single-threaded; a blocked send keeps
+  // its own copy), so an idle connection holds no packet memory.
+  std::vector<uint8_t>& tx_buffer() { return tx_buf_; }
 
  private:
   struct Socket;
@@ -126,6 +128,7 @@ class Endpoint {
   PerSecond resets_;    // stateless resets sent
   // Receive buffers (recvmmsg).
   std::vector<uint8_t> rx_buf_;
+  std::vector<uint8_t> tx_buf_;
   bool closing_ = false;
   std::function<void()> close_done_;
   core::Timer close_timer_;  // close_timeout: CONNECTION_CLOSE whatever is left

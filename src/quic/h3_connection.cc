@@ -108,7 +108,6 @@ bool H3Stream::add_body(const uint8_t* data, size_t len) {
 }
 
 void H3Stream::headers_done() {
-  head_complete_ = true;
   // A declared body over the limit is refused before it is sent.
   auto cl = head_.field("content-length");
   uint64_t n = 0;
@@ -1045,7 +1044,8 @@ void H3Connection::write() {
   const size_t max = ngtcp2_conn_get_path_max_tx_udp_payload_size(conn_);
   size_t max_pkts = ngtcp2_conn_get_send_quantum(conn_) / max;
   max_pkts = std::clamp<size_t>(max_pkts, 1, 64);
-  if (txbuf_.size() < max * max_pkts) txbuf_.resize(max * max_pkts);
+  auto& txbuf = ep_.tx_buffer();
+  if (txbuf.size() < max * max_pkts) txbuf.resize(max * max_pkts);
 
   ngtcp2_path_storage ps;
   ngtcp2_path_storage_zero(&ps);
@@ -1056,10 +1056,9 @@ void H3Connection::write() {
 
   auto send_batch = [&](size_t len) {
     if (len == 0) return true;
-    auto r =
-        ep_.send(batch_local, batch_remote, batch_ecn, txbuf_.data(), len, npkts > 1 ? gso : 0);
+    auto r = ep_.send(batch_local, batch_remote, batch_ecn, txbuf.data(), len, npkts > 1 ? gso : 0);
     if (r == Endpoint::SendResult::kBlocked) {
-      pending_.assign(reinterpret_cast<const char*>(txbuf_.data()), len);
+      pending_.assign(reinterpret_cast<const char*>(txbuf.data()), len);
       pending_gso_ = npkts > 1 ? gso : 0;
       pending_ecn_ = batch_ecn;
       pending_local_ = batch_local;
@@ -1091,7 +1090,7 @@ void H3Connection::write() {
     uint32_t flags = NGTCP2_WRITE_STREAM_FLAG_MORE;
     if (fin) flags |= NGTCP2_WRITE_STREAM_FLAG_FIN;
     auto nwrite = ngtcp2_conn_writev_stream(
-        conn_, &ps.path, &pi, txbuf_.data() + off, max, &ndatalen, flags, sid,
+        conn_, &ps.path, &pi, txbuf.data() + off, max, &ndatalen, flags, sid,
         reinterpret_cast<const ngtcp2_vec*>(vec), static_cast<size_t>(nvec), ts);
     if (nwrite < 0) {
       switch (nwrite) {
@@ -1135,7 +1134,7 @@ void H3Connection::write() {
         (!same_address(batch_local, ps.path.local) || !same_address(batch_remote, ps.path.remote) ||
          pi.ecn != batch_ecn || sz > gso)) {
       if (!send_batch(off)) break;
-      memmove(txbuf_.data(), txbuf_.data() + off, sz);
+      memmove(txbuf.data(), txbuf.data() + off, sz);
       off = 0;
       npkts = 0;
     }

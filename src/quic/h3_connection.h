@@ -76,7 +76,6 @@ class H3Stream final : private http::StreamWriter, private http::Responder {
   RequestHead head_;
   http::Request req_;
   std::string body_;
-  bool head_complete_ = false;
   bool responded_ = false;
   bool parked_ = false;
   bool finished_ = false;
@@ -213,7 +212,6 @@ class H3Connection {
   size_t pending_gso_ = 0;
   uint8_t pending_ecn_ = 0;
   core::SocketAddress pending_local_, pending_remote_;
-  std::vector<uint8_t> txbuf_;
 };
 
 }  // namespace corral::quic
