@@ -166,5 +166,77 @@ TEST(QuicSockets, RespawnedProcessGetsTheSameSockets) {
   for (const auto& st : sup.state()) EXPECT_EQ(st.restarts, 1u) << "slot " << st.index;
 }
 
+size_t count_lines(const std::string& path) {
+  std::ifstream in(path);
+  size_t n = 0;
+  for (std::string line; std::getline(in, line);) ++n;
+  return n;
+}
+
+// A SIGHUP generation (Supervisor::reload) gets the same QUIC sockets as the one it replaces.
+TEST(QuicSockets, ReloadedGenerationGetsTheSameSockets) {
+  constexpr int kSlots = 2;
+  auto made = make_quic_sockets({addr("127.0.0.1:0")}, kSlots);
+  ASSERT_TRUE(made.ok()) << made.error().reason;
+  auto quic = std::make_shared<QuicSockets>(std::move(made.value()));
+  std::map<int, ino_t> udp_inode;
+  for (int i = 0; i < kSlots; ++i) udp_inode[i] = inode(quic->udp[static_cast<size_t>(i)][0].get());
+  char dir_template[] = "/tmp/corral-fanout-reload-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  std::string dir = dir_template;
+  auto path = [&](int slot) { return dir + "/slot" + std::to_string(slot); };
+
+  core::EventLoop loop;
+  core::Logger log(2, core::LogLevel::kError);
+  SupervisorOptions options;
+  options.processes = kSlots;
+  options.quic = quic;
+  Supervisor sup(loop, log, options);
+  sup.on_finished = [&] { loop.stop(); };
+  auto listeners = std::make_shared<ListenerSet>();
+  listeners->slots.resize(kSlots);
+  // Each process writes "<generation> same|different" and serves until SIGTERM.
+  ChildMain main = [&](const ChildContext& ctx) {
+    bool same = ctx.udp_fds.size() == 1 && inode(ctx.udp_fds[0]) == udp_inode[ctx.slot];
+    FILE* f = fopen(path(ctx.slot).c_str(), "a");
+    fprintf(f, "%llu %s\n", static_cast<unsigned long long>(ctx.generation),
+            same ? "same" : "different");
+    fclose(f);
+    ctx.notify_ready();
+    for (;;) pause();
+    return 0;
+  };
+  // Reload once every first-generation process has written its line; stop after the second.
+  bool reloaded = false;
+  int checks = 0;
+  core::Timer check;
+  check.bind(loop.timers(), [&] {
+    auto lines = [&](size_t want) {
+      for (int i = 0; i < kSlots; ++i)
+        if (count_lines(path(i)) < want) return false;
+      return true;
+    };
+    if (!reloaded && lines(1)) {
+      reloaded = true;
+      sup.reload(listeners, main);
+    } else if ((reloaded && lines(2)) || ++checks > 1000) {  // the bound only ends a broken run
+      sup.terminate();
+      return;
+    }
+    check.arm_after(10);
+  });
+  check.arm_after(10);
+  ASSERT_TRUE(sup.start(listeners, main).ok());
+  loop.run();
+  for (int i = 0; i < kSlots; ++i) {
+    std::ifstream in(path(i));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    EXPECT_EQ(ss.str(), "1 same\n2 same\n") << "slot " << i;
+    unlink(path(i).c_str());
+  }
+  rmdir(dir.c_str());
+}
+
 }  // namespace
 }  // namespace corral::fanout
