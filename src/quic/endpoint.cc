@@ -410,6 +410,8 @@ void Endpoint::handle_new(Socket& s, const Datagram& d, const ngtcp2_version_cid
   conns_.emplace(raw, std::move(c));
   stats_.connections_active = conns_.size();
   raw->on_datagram(d);
+  // An Initial that does not even decrypt (junk that passed ngtcp2_accept) ends it at once.
+  if (raw->finished()) ++stats_.dropped;
 }
 
 void Endpoint::send_raw(Socket& s, const Datagram& d, const uint8_t* data, size_t len) {
