@@ -16,7 +16,8 @@
 //        --idle-ms, --close-timeout-ms, --max-body (bytes), --retry-rate (kAuto's Initials/s),
 //        --slots N (N > 1: a parent makes N UDP sockets in one SO_REUSEPORT group and N forwarding
 //        socketpairs, forks N server processes, one per slot, and stops them on SIGTERM),
-//        --steering forward|off. Prints "PORT <n>" on stdout once listening; SIGTERM
+//        --steering forward|off, --publish-delay-ms N (the site is published N ms after
+//        listening), --ready-timeout-ms. Prints "PORT <n>" on stdout once listening; SIGTERM
 //        closes gracefully.
 #include <gnutls/crypto.h>
 #include <signal.h>
@@ -144,6 +145,9 @@ int main(int argc, char** argv) {
   uint32_t retry_rate = 1000;
   app.add_option("--max-body", max_body);
   app.add_option("--retry-rate", retry_rate);
+  uint32_t publish_delay_ms = 0, ready_timeout_ms = 10'000;
+  app.add_option("--publish-delay-ms", publish_delay_ms);
+  app.add_option("--ready-timeout-ms", ready_timeout_ms);
   int slots = 1;
   std::string steering_mode = "forward";
   app.add_option("--slots", slots)->check(CLI::Range(1, 16));
@@ -326,6 +330,7 @@ int main(int argc, char** argv) {
   opts.adopt_fds = {tcp->release()};
   opts.server.close_timeout_ms = close_timeout_ms;
   opts.server.limits.max_body = max_body;
+  opts.server.ready_timeout_ms = ready_timeout_ms;
   opts.on_server = [&](http::Server& server) {
     auto h3 = std::make_shared<quic::Http3Server>(server, ctx, h3opts);
     if (auto r = h3->start(); !r) {
@@ -334,7 +339,21 @@ int main(int argc, char** argv) {
     }
     h3_ptr = h3.get();
     http::RunOptions::Companion c;
-    c.keep = h3;
+    if (publish_delay_ms) {
+      // The site comes later (run_server publishes none): requests wait for it.
+      struct Later {
+        core::Timer timer;
+        std::shared_ptr<quic::Http3Server> h3;
+      };
+      auto later = std::make_shared<Later>();
+      later->h3 = h3;
+      later->timer.bind(server.loop().timers(),
+                        [&server, site = built.value()] { server.publish(site); });
+      later->timer.arm_after(publish_delay_ms);
+      c.keep = later;
+    } else {
+      c.keep = h3;
+    }
     c.close = [h3](std::function<void()> done) { h3->close(std::move(done)); };
     return c;
   };
@@ -343,7 +362,7 @@ int main(int argc, char** argv) {
     std::printf("PORT %d\n", addrs.empty() ? 0 : addrs.front().port());
     std::fflush(stdout);
   };
-  int rc = http::run_server(log, opts, built.value());
+  int rc = http::run_server(log, opts, publish_delay_ms ? nullptr : built.value());
   h3_ptr = nullptr;
   return rc;
 }

@@ -225,6 +225,19 @@ def test_zero_rtt_refused_request_still_served(start_site, tmp_path):
     assert "Early data was rejected by server" in outs[1], outs[1][-2000:]
 
 
+def test_requests_wait_for_the_site(start_site, tmp_path):
+    site = start_site("--publish-delay-ms", "700")
+    d, out = fetch(site, ["/whoami", "/json"], tmp_path)
+    assert read(d, "whoami") == f"pid={site.proc.pid} slot=0\n".encode(), out
+    assert read(d, "json")
+
+
+def test_no_site_within_ready_timeout_is_503(start_site, tmp_path):
+    site = start_site("--publish-delay-ms", "5000", "--ready-timeout-ms", "200")
+    d, out = fetch(site, ["/whoami"], tmp_path)
+    assert read(d, "whoami") == b"Service Unavailable\n", out
+
+
 def test_download_100mib(start_site, tmp_path):
     site = start_site()
     n = 100 * 1024 * 1024
