@@ -1,10 +1,11 @@
-// H3Connection: one QUIC connection (ngtcp2_conn + its GnuTLS session) carrying HTTP/3
-// (nghttp3_conn), and its request streams. A stream collects a request (RequestHead, body up to
-// the server's body limit), runs admission and the Site, and turns the Response description into
-// an HTTP/3 response: fields from h3_mapping.h and a body that nghttp3 pulls through read_data —
-// in-memory bodies, files (pread in chunks, Range/If-Range/304 via http::resolve_file as over
-// HTTP/1.1), streams (a StreamWriter with backpressure) and deferred responses (a Responder).
-// Every body byte handed to nghttp3 stays in memory until the peer acknowledges it.
+// H3Connection (h3_connection.cc) and H3Stream (h3_stream.cc): one QUIC connection (ngtcp2_conn +
+// its GnuTLS session) carrying HTTP/3 (nghttp3_conn), and its request streams. A stream collects a
+// request (RequestHead, body up to the server's body limit), runs admission and the Site, and turns
+// the Response description into an HTTP/3 response: fields from h3_mapping.h and a body that
+// nghttp3 pulls through read_data — in-memory bodies, files (pread in chunks, Range/If-Range/304
+// via http::resolve_file as over HTTP/1.1), streams (a StreamWriter with backpressure) and deferred
+// responses (a Responder). Every body byte handed to nghttp3 stays in memory until the peer
+// acknowledges it.
 //
 // Lifetime: owned by the Endpoint (connection table), destroyed after the loop round in which it
 // finished (idle timeout, closing/draining period over, or a fatal error). Timers: one, at
