@@ -82,7 +82,6 @@ kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
 port=$(free_port)
 cat >"$work/corral.toml" <<EOF
 state_dir = "$work/state"
-[server]
 access_log = false
 [tls]
 listen = "127.0.0.1:$port"

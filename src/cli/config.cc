@@ -125,10 +125,10 @@ ConfigErrors load_config(const std::string& path, Config& c) {
     return errors;
   }
   Reader r(root, errors);
-  r.check_unknown(
-      root, "",
-      {"listen", "root", "processes", "pin", "state_dir", "workers", "log_level", "access_log",
-       "allowed_hosts", "relays", "limits", "timeouts", "server_name", "referrer_policy", "tls"});
+  r.check_unknown(root, "",
+                  {"listen", "root", "processes", "pin", "state_dir", "workers", "log_level",
+                   "access_log", "allowed_hosts", "relays", "limits", "timeouts", "server_name",
+                   "referrer_policy", "tls", "http3", "process_header"});
   r.string(root, "listen", c.listen);
   if (auto p = core::parse_address(c.listen); !p)
     errors.problems.push_back(fmt::format("listen: {}", p.error().reason));
@@ -230,6 +230,7 @@ ConfigErrors load_config(const std::string& path, Config& c) {
       errors.problems.push_back("log_level: expected one of debug, info, warn, error");
   }
   r.boolean(root, "access_log", c.server.access_log);
+  r.boolean(root, "process_header", c.process_header);
   r.string(root, "server_name", c.server.server_name);
   r.string(root, "referrer_policy", c.server.referrer_policy);
   r.strings(root, "allowed_hosts", c.allowed_hosts);
@@ -292,8 +293,29 @@ ConfigErrors load_config(const std::string& path, Config& c) {
       errors.problems.push_back("tls: expected a table");
     }
   }
+  if (auto* node = root.get("http3")) {
+    if (auto* t = node->as_table()) {
+      r.check_unknown(*t, "http3.", {"enabled", "steering", "retry", "idle_ms"});
+      r.boolean(*t, "enabled", c.http3.enabled);
+      r.string(*t, "steering", c.http3.steering);
+      r.string(*t, "retry", c.http3.retry);
+      r.integer(*t, "http3.", "idle_ms", c.http3.idle_ms, 1'000, 600'000);
+      check_http3(c.http3, errors);
+    } else {
+      errors.problems.push_back("http3: expected a table");
+    }
+  }
   build_policy(c, errors);
   return errors;
+}
+
+void check_http3(const Http3Config& h, ConfigErrors& errors) {
+  if (h.steering != "auto" && h.steering != "bpf" && h.steering != "forward" && h.steering != "off")
+    errors.problems.push_back(
+        fmt::format("http3.steering: '{}' is not one of auto, bpf, forward, off", h.steering));
+  if (h.retry != "auto" && h.retry != "on" && h.retry != "off")
+    errors.problems.push_back(
+        fmt::format("http3.retry: '{}' is not one of auto, on, off", h.retry));
 }
 
 std::shared_ptr<const http::AdmissionPolicy> build_policy(const Config& c, ConfigErrors& errors) {

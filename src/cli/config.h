@@ -36,6 +36,15 @@ struct TlsConfig {
   std::string key;     // PEM
 };
 
+// [http3]: HTTP/3 on the TLS listener's port over UDP (on whenever [tls] listen is set, unless
+// enabled = false). Steering and Retry are described in docs/steering.md and docs/http3.md.
+struct Http3Config {
+  bool enabled = true;
+  std::string steering = "auto";  // auto | bpf | forward | off
+  std::string retry = "auto";     // auto | on | off
+  uint32_t idle_ms = 30'000;
+};
+
 struct Config {
   std::string listen = "127.0.0.1:8080";
   std::string root;   // empty: the embedded welcome site
@@ -48,6 +57,8 @@ struct Config {
   std::vector<WorkerKind> workers;
   std::string state_dir;  // empty: $XDG_STATE_HOME/corral or ./.corral
   TlsConfig tls;
+  Http3Config http3;
+  bool process_header = false;  // Corral-Process: slot=S pid=P on every response (tests, debugging)
 };
 
 struct ConfigErrors {
@@ -55,6 +66,8 @@ struct ConfigErrors {
   bool empty() const { return problems.empty(); }
 };
 
+// Checks the [http3] values that are words (steering, retry); problems go to `errors`.
+void check_http3(const Http3Config& h, ConfigErrors& errors);
 // Reads `path` into `config` (keys not in the file keep their values).
 ConfigErrors load_config(const std::string& path, Config& config);
 // Builds the admission policy; problems go to `errors`.

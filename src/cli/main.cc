@@ -20,7 +20,12 @@
 #include "fanout/supervisor.h"
 #include "http/percent.h"
 #include "http/runner.h"
+#include "quic/server.h"
+#include "quic/steering_setup.h"
 #include "tls/session.h"
+
+#include <fmt/format.h>
+#include <gnutls/crypto.h>
 
 namespace {
 
@@ -32,6 +37,8 @@ constexpr const char* kVersion = "0.1.0";
 struct Flags {
   std::string config_path, listen, root, log_level, state_dir;
   std::string tls_listen, cert, key;
+  std::string steering, retry;  // [http3] overrides
+  bool no_http3 = false;
   bool no_access_log = false;
   int processes = -1;  // -1: not given
   bool pin = false;
@@ -46,6 +53,9 @@ struct Prepared {
   // [tls]: set when a TLS listener is configured; credentials loaded before any fork.
   std::optional<core::SocketAddress> tls_address;
   std::shared_ptr<const tls::ServerConfig> tls;
+  std::shared_ptr<tls::Credentials> credentials;  // the same ones, for HTTP/3
+  int tls_port = 0;                               // as bound (HTTP/3 uses it over UDP)
+  quic::Http3Options http3;
   // Each server process sets its resolver here once its loop exists (the site is built before
   // the fork and holds the slot).
   std::shared_ptr<cli::ResolverSlot> resolver_slot = std::make_shared<cli::ResolverSlot>();
@@ -121,6 +131,7 @@ void prepare_tls(const Flags& flags, const cli::Config& config,
            creds.value()->spki_sha256());
   out.tls_address = addr.value();
   out.tls = std::move(config_tls.value());
+  out.credentials = creds.value();
 }
 
 cli::ConfigErrors prepare(const Flags& flags, core::Logger& log, Prepared& out,
@@ -137,6 +148,10 @@ cli::ConfigErrors prepare(const Flags& flags, core::Logger& log, Prepared& out,
   if (!flags.cert.empty()) config.tls.cert = flags.cert;
   if (!flags.key.empty()) config.tls.key = flags.key;
   if (flags.no_access_log) config.server.access_log = false;
+  if (!flags.steering.empty()) config.http3.steering = flags.steering;
+  if (!flags.retry.empty()) config.http3.retry = flags.retry;
+  if (flags.no_http3) config.http3.enabled = false;
+  cli::check_http3(config.http3, errors);
   if (flags.processes >= 0) config.processes = flags.processes;
   if (flags.pin) config.pin = true;
   if (!flags.log_level.empty() && !parse_level(flags.log_level, config.log_level))
@@ -160,6 +175,7 @@ cli::ConfigErrors prepare(const Flags& flags, core::Logger& log, Prepared& out,
   } else {
     cli::add_static_routes(builder, config.root);
   }
+  if (config.process_header) cli::add_process_header(builder);
   builder.on_error([&log](const http::ErrorEvent& e) {
     log.error("route_error", "pattern=\"{}\" target=\"{}\" error=\"{}\"", e.pattern,
               e.request.target, e.message);
@@ -169,6 +185,11 @@ cli::ConfigErrors prepare(const Flags& flags, core::Logger& log, Prepared& out,
   if (errors.empty() && !config.tls.listen.empty())
     prepare_tls(flags, config, ticket_key, log, errors, out);
   if (!errors.empty()) return errors;
+  out.http3.idle_timeout_ms = config.http3.idle_ms;
+  out.http3.retry = config.http3.retry == "on"    ? quic::RetryMode::kOn
+                    : config.http3.retry == "off" ? quic::RetryMode::kOff
+                                                  : quic::RetryMode::kAuto;
+  out.http3.max_connections = config.server.max_connections;
   out.config = std::move(config);
   out.address = addr.value();
   out.policy = std::move(policy);
@@ -195,8 +216,19 @@ std::shared_ptr<const http::AdmissionPolicy> reload_policy(const Flags& flags, c
   return fresh.policy;
 }
 
-fanout::ChildMain child_main(std::shared_ptr<const Prepared> p, core::Logger& log, Flags flags) {
-  return [p, &log, flags](const fanout::ChildContext& ctx) {
+// HTTP/3 in the supervisor: made once per start, before the first fork, and kept across SIGHUP
+// generations (the UDP sockets live in SupervisorOptions::quic for the same reason): tokens and
+// stateless resets from one generation stay valid in the next.
+struct QuicShared {
+  std::shared_ptr<quic::Steering> steering;
+  std::shared_ptr<const quic::Secrets> secrets;
+  std::shared_ptr<tls::TicketKey> ticket_key;
+};
+
+fanout::ChildMain child_main(std::shared_ptr<const Prepared> p, core::Logger& log, Flags flags,
+                             std::shared_ptr<const QuicShared> quic_shared = nullptr) {
+  return [p, &log, flags, quic_shared](const fanout::ChildContext& ctx) {
+    cli::set_process_slot(ctx.slot);
     http::RunOptions run;
     // The slot's sockets in make_listeners' order: the plain listener, then the TLS one.
     run.adopt_fds = {ctx.listen_fds.front()};
@@ -223,6 +255,23 @@ fanout::ChildMain child_main(std::shared_ptr<const Prepared> p, core::Logger& lo
       p->resolver_slot->pool = &pp->pool;
       return pp;
     };
+    if (quic_shared && p->credentials && !ctx.udp_fds.empty()) {
+      run.server.alt_svc = fmt::format("h3=\":{}\"; ma=86400", p->tls_port);
+      run.on_server = [p, quic_shared, &ctx, &log](http::Server& server) {
+        auto pc =
+            quic_shared->steering->context(ctx.slot, ctx.udp_fds, ctx.forward_rx, ctx.forward_tx);
+        pc.secrets = quic_shared->secrets;
+        pc.credentials = p->credentials;
+        pc.ticket_key = quic_shared->ticket_key;
+        auto h3 = std::make_shared<quic::Http3Server>(server, std::move(pc), p->http3);
+        if (auto r = h3->start(); !r) {
+          log.error("http3_failed", "slot={} error=\"{}\"", ctx.slot, r.error().reason);
+          return http::RunOptions::Companion{};
+        }
+        return http::RunOptions::Companion{
+            h3, [h3](std::function<void()> done) { h3->close(std::move(done)); }};
+      };
+    }
     log.set_level(p->config.log_level);
     // Fault injection for the fan-out's tests: a slot that crashes at startup (a crash loop).
     if (const char* crash = getenv("CORRAL_TEST_CRASH_AT_START");
@@ -282,6 +331,40 @@ int serve(const Flags& flags) {
   options.pin = prepared->config.pin;
   options.cpus = cpus.value();
   options.stop_timeout_ms = prepared->config.server.close_timeout_ms + 5'000;
+  if (set->addresses.size() > 1) prepared->tls_port = set->addresses[1].port();
+
+  // HTTP/3: per slot a UDP socket on the TLS listener's port, the forwarding pairs, the steering
+  // program; one secret for tokens and stateless resets. All made before the first fork.
+  std::shared_ptr<QuicShared> quic_shared;
+  if (prepared->tls && prepared->config.http3.enabled) {
+    auto request = quic::parse_steering_request(prepared->config.http3.steering);
+    if (!request) return print_problems({{request.error().reason}}, "http3.steering");
+    auto sockets = fanout::make_quic_sockets({set->addresses[1]}, n.value());
+    if (!sockets) {
+      log.error("listen_failed", "address={} proto=udp error=\"{}\"", set->addresses[1].to_string(),
+                sockets.error().reason);
+      return 1;
+    }
+    auto quic_sockets = std::make_shared<fanout::QuicSockets>(std::move(sockets.value()));
+    std::vector<std::vector<int>> groups;
+    for (size_t a = 0; a < quic_sockets->addresses.size(); ++a)
+      groups.push_back(quic_sockets->group(a));
+    auto steering =
+        quic::setup_steering(groups, static_cast<uint32_t>(n.value()), request.value(), log);
+    if (!steering) return print_problems({{steering.error().reason}}, "http3.steering");
+    quic_sockets->steering = steering.value();
+    options.quic = quic_sockets;
+    auto secrets = std::make_shared<quic::Secrets>();
+    if (gnutls_rnd(GNUTLS_RND_KEY, secrets->static_secret, sizeof secrets->static_secret) != 0)
+      return print_problems({{"no random bytes for the QUIC secret"}}, "http3");
+    quic_shared = std::make_shared<QuicShared>();
+    quic_shared->steering = steering.value();
+    quic_shared->secrets = std::move(secrets);
+    quic_shared->ticket_key = ticket_key.value();
+    log.info("http3_listening", "address={} processes={} steering={} retry={}",
+             quic_sockets->addresses.front().to_string(), n.value(),
+             quic::steering_name(steering.value()->mode), prepared->config.http3.retry);
+  }
 
   fanout::FanoutHooks hooks;
   hooks.on_reload = [&](std::shared_ptr<fanout::ListenerSet>& set, fanout::ChildMain& main) {
@@ -315,8 +398,11 @@ int serve(const Flags& flags) {
         log.info("tls_listening", "address={}", set->addresses[1].to_string());
     }
     fresh->config.processes = prepared->config.processes;
+    if (set->addresses.size() > 1) fresh->tls_port = set->addresses[1].port();
+    if (quic_shared && fresh->tls_port != prepared->tls_port)
+      log.warn("reload_partial", "reason=\"the HTTP/3 port changes only on restart\"");
     prepared = fresh;
-    main = child_main(prepared, log, flags);
+    main = child_main(prepared, log, flags, quic_shared);
     return true;
   };
   auto dir =
@@ -369,7 +455,8 @@ int serve(const Flags& flags) {
       done();
     });
   };
-  int r = fanout::run_fanout(log, options, set, child_main(prepared, log, flags), hooks);
+  int r =
+      fanout::run_fanout(log, options, set, child_main(prepared, log, flags, quic_shared), hooks);
   unlink(control_path.c_str());
   return r < 0 ? 1 : 0;
 }
@@ -402,6 +489,10 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--cert", flags.cert,
                         "TLS certificate chain, PEM (default: the dev certificate)");
   serve_cmd->add_option("--key", flags.key, "TLS private key, PEM");
+  serve_cmd->add_option("--steering", flags.steering,
+                        "HTTP/3 steering: auto (default), bpf, forward or off");
+  serve_cmd->add_option("--retry", flags.retry, "HTTP/3 Retry: auto (default), on or off");
+  serve_cmd->add_flag("--no-http3", flags.no_http3, "No HTTP/3 on the TLS listener's port");
 
   auto* cert_cmd = app.add_subcommand(
       "cert", "Make (or reuse) the dev certificate for localhost, 127.0.0.1 and ::1 and print it");
