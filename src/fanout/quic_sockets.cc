@@ -63,8 +63,10 @@ std::vector<int> QuicSockets::group(size_t a) const {
 void QuicSockets::close() {
   for (auto& slot : udp)
     for (auto& fd : slot) fd.reset();
-  for (auto& fd : forward_rx) fd.reset();
-  for (auto& fd : forward_tx) fd.reset();
+  for (auto& pair : forward_rx)
+    for (auto& fd : pair) fd.reset();
+  for (auto& pair : forward_tx)
+    for (auto& fd : pair) fd.reset();
 }
 
 core::Result<QuicSockets> make_quic_sockets(const std::vector<core::SocketAddress>& addresses,
@@ -84,17 +86,21 @@ core::Result<QuicSockets> make_quic_sockets(const std::vector<core::SocketAddres
       set.udp[static_cast<size_t>(i)].push_back(std::move(fd.value()));
     }
   }
-  for (int i = 0; i < slots; ++i) {
-    int sv[2];
-    if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
-      return core::errno_error("socketpair(forward)");
-    core::UniqueFd rx(sv[0]), tx(sv[1]);
-    // A datagram in flight is charged to the sender's SO_SNDBUF until it is read; the receiver's
-    // queue is also capped by net.unix.max_dgram_qlen (512 by default).
-    set_buffer(tx.get(), SO_SNDBUFFORCE, SO_SNDBUF, options.forward_buffer);
-    set_buffer(rx.get(), SO_RCVBUFFORCE, SO_RCVBUF, options.forward_buffer);
-    set.forward_rx.push_back(std::move(rx));
-    set.forward_tx.push_back(std::move(tx));
+  set.forward_rx.resize(static_cast<size_t>(slots));
+  set.forward_tx.resize(static_cast<size_t>(slots));
+  for (size_t i = 0; i < static_cast<size_t>(slots); ++i) {
+    for (size_t parity = 0; parity < 2; ++parity) {
+      int sv[2];
+      if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
+        return core::errno_error("socketpair(forward)");
+      core::UniqueFd rx(sv[0]), tx(sv[1]);
+      // A datagram in flight is charged to the sender's SO_SNDBUF until it is read; the
+      // receiver's queue is also capped by net.unix.max_dgram_qlen (512 by default).
+      set_buffer(tx.get(), SO_SNDBUFFORCE, SO_SNDBUF, options.forward_buffer);
+      set_buffer(rx.get(), SO_RCVBUFFORCE, SO_RCVBUF, options.forward_buffer);
+      set.forward_rx[i][parity] = std::move(rx);
+      set.forward_tx[i][parity] = std::move(tx);
+    }
   }
   return set;
 }

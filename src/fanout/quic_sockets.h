@@ -9,11 +9,14 @@
 // QUIC itself: the steering program is loaded on these sockets by the quic component, called
 // from the cli (quic/steering_setup.h), and kept alive through `steering` below.
 //
-// Layout: udp[slot][address], forward_rx[slot] (the owner reads), forward_tx[slot] (every process
-// writes). Both ends of every pair stay here, so a send to a dead process's pair queues (or, when
-// full, drops) instead of failing.
+// Layout: udp[slot][address]; forward_rx[slot][parity] (the owner reads), forward_tx[slot][parity]
+// (every process writes). Two pairs per slot, one per SIGHUP generation parity (generation & 1):
+// while a reload's old process of slot i drains next to the new one, each reads its own pair, so
+// a datagram forwarded to one generation is not read by the other. Both ends of every pair stay
+// here, so a send to a dead process's pair queues (or, when full, drops) instead of failing.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <vector>
 
@@ -29,11 +32,11 @@ struct QuicSocketOptions {
 };
 
 struct QuicSockets {
-  std::vector<core::SocketAddress> addresses;    // as bound (port 0 resolved)
-  std::vector<std::vector<core::UniqueFd>> udp;  // udp[slot][address]
-  std::vector<core::UniqueFd> forward_rx;        // per slot
-  std::vector<core::UniqueFd> forward_tx;        // per slot
-  std::shared_ptr<void> steering;                // opaque: what the cli loaded on these sockets
+  std::vector<core::SocketAddress> addresses;             // as bound (port 0 resolved)
+  std::vector<std::vector<core::UniqueFd>> udp;           // udp[slot][address]
+  std::vector<std::array<core::UniqueFd, 2>> forward_rx;  // [slot][parity]
+  std::vector<std::array<core::UniqueFd, 2>> forward_tx;  // [slot][parity]
+  std::shared_ptr<void> steering;  // opaque: what the cli loaded on these sockets
 
   int slots() const { return static_cast<int>(udp.size()); }
   // One reuseport group: address `a`'s sockets in slot order (for the BPF sockarray).
@@ -43,7 +46,8 @@ struct QuicSockets {
 
 // Binds every address once per slot (SO_REUSEPORT, in slot order; a port 0 is resolved by slot 0
 // and shared by the others) with IP_PKTINFO/IPV6_RECVPKTINFO, IP_RECVTOS/IPV6_RECVTCLASS, path MTU
-// probing and large buffers, and makes the forwarding pairs. All non-blocking and close-on-exec.
+// probing and large buffers, and makes the forwarding pairs (two per slot). All non-blocking and
+// close-on-exec.
 core::Result<QuicSockets> make_quic_sockets(const std::vector<core::SocketAddress>& addresses,
                                             int slots, const QuicSocketOptions& options = {});
 

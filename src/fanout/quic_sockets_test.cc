@@ -68,23 +68,26 @@ TEST(QuicSockets, GroupsPerAddressInSlotOrder) {
   }
 }
 
-TEST(QuicSockets, ForwardPairsConnectTxToRxOfTheSameSlot) {
+// Two pairs per slot, one per generation parity: tx[i][p] reaches rx[i][p] and nothing else.
+TEST(QuicSockets, ForwardPairsConnectTxToRxOfTheSameSlotAndParity) {
   auto r = make_quic_sockets({addr("127.0.0.1:0")}, 4);
   ASSERT_TRUE(r.ok()) << r.error().reason;
   QuicSockets& q = r.value();
-  for (int i = 0; i < 4; ++i) {
-    char msg[8];
-    snprintf(msg, sizeof msg, "to %d", i);
-    ASSERT_EQ(send(q.forward_tx[static_cast<size_t>(i)].get(), msg, strlen(msg), 0),
-              static_cast<ssize_t>(strlen(msg)));
+  for (size_t i = 0; i < 4; ++i) {
+    for (size_t p = 0; p < 2; ++p) {
+      std::string msg = "to " + std::to_string(i) + "/" + std::to_string(p);
+      ASSERT_EQ(send(q.forward_tx[i][p].get(), msg.data(), msg.size(), 0),
+                static_cast<ssize_t>(msg.size()));
+    }
   }
-  for (int i = 0; i < 4; ++i) {
-    char buf[16] = {};
-    ssize_t n = recv(q.forward_rx[static_cast<size_t>(i)].get(), buf, sizeof buf - 1, 0);
-    ASSERT_GT(n, 0);
-    EXPECT_EQ(std::string(buf), "to " + std::to_string(i));
-    EXPECT_EQ(recv(q.forward_rx[static_cast<size_t>(i)].get(), buf, sizeof buf, 0),
-              -1);  // one each
+  for (size_t i = 0; i < 4; ++i) {
+    for (size_t p = 0; p < 2; ++p) {
+      char buf[16] = {};
+      ssize_t n = recv(q.forward_rx[i][p].get(), buf, sizeof buf - 1, 0);
+      ASSERT_GT(n, 0);
+      EXPECT_EQ(std::string(buf), "to " + std::to_string(i) + "/" + std::to_string(p));
+      EXPECT_EQ(recv(q.forward_rx[i][p].get(), buf, sizeof buf, 0), -1);  // one each
+    }
   }
 }
 
@@ -117,7 +120,7 @@ TEST(QuicSockets, RespawnedProcessGetsTheSameSockets) {
   std::map<int, ino_t> udp_inode, rx_inode;
   for (int i = 0; i < kSlots; ++i) {
     udp_inode[i] = inode(quic->udp[static_cast<size_t>(i)][0].get());
-    rx_inode[i] = inode(quic->forward_rx[static_cast<size_t>(i)].get());
+    rx_inode[i] = inode(quic->forward_rx[static_cast<size_t>(i)][1].get());  // generation 1
   }
   char dir_template[] = "/tmp/corral-fanout-quic-XXXXXX";
   ASSERT_NE(mkdtemp(dir_template), nullptr);
@@ -149,7 +152,8 @@ TEST(QuicSockets, RespawnedProcessGetsTheSameSockets) {
     if (!first) return 0;
     // Leave a datagram for the replacement, then crash.
     std::string note = "from-first-" + std::to_string(ctx.slot);
-    send(ctx.forward_tx[static_cast<size_t>(ctx.slot)], note.data(), note.size(), 0);
+    send(ctx.forward_tx[static_cast<size_t>(ctx.slot)][ctx.generation & 1], note.data(),
+         note.size(), 0);
     raise(SIGKILL);
     return 1;
   };

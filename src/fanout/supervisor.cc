@@ -192,11 +192,12 @@ void Supervisor::spawn(int index) {
         ctx.udp_fds.push_back(fd.get());
         keep.push_back(fd.get());
       }
-      ctx.forward_rx = quic->forward_rx[static_cast<size_t>(index)].get();
+      ctx.forward_rx = quic->forward_rx[static_cast<size_t>(index)][generation_ & 1].get();
       keep.push_back(ctx.forward_rx);
-      for (auto& fd : quic->forward_tx) {
-        ctx.forward_tx.push_back(fd.get());
-        keep.push_back(fd.get());
+      for (auto& pair : quic->forward_tx) {
+        ctx.forward_tx.push_back({pair[0].get(), pair[1].get()});
+        keep.push_back(pair[0].get());
+        keep.push_back(pair[1].get());
       }
     }
     // Close everything else we inherited: the epoll and signal fds, pidfds, other slots' sockets.

@@ -23,6 +23,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <cstdint>
 #include <ctime>
 #include <functional>
@@ -58,10 +59,12 @@ struct ChildContext {
   uint64_t generation = 0;
   std::vector<int> listen_fds;  // this slot's sockets, one per address (owned by the child)
   // QUIC (empty without SupervisorOptions::quic): this slot's UDP sockets, one per QUIC address;
-  // this slot's forwarding socket (read end); every slot's forwarding write end, by slot.
+  // this slot's forwarding socket of this generation's parity (read end); every slot's forwarding
+  // write ends, by slot and parity (generation & 1: a reload's old and new process of a slot read
+  // different pairs).
   std::vector<int> udp_fds;
   int forward_rx = -1;
-  std::vector<int> forward_tx;
+  std::vector<std::array<int, 2>> forward_tx;
   int ready_fd = -1;
   int link_fd = -1;  // SOCK_SEQPACKET to the supervisor (resolve addresses, later counters)
   // Tells the supervisor this process is serving (listeners adopted, routes published).

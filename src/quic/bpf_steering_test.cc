@@ -140,12 +140,12 @@ TEST_P(BpfSteeringFamily, KernelAgreesWithTheTwinOnRandomPackets) {
     switch (i % 4) {
       case 0:  // short header with our CID
         pkt[0] = 0x40;
-        make_cid(pkt + 1, i % kSlots, vectors::kKey.tag);
+        make_cid(pkt + 1, i % kSlots, vectors::kKey.tag, 1);
         break;
       case 1:  // long header with our CID
         pkt[0] = 0xc0;
         pkt[5] = kCidLength;
-        make_cid(pkt + 6, (i / 4) % kSlots, vectors::kKey.tag);
+        make_cid(pkt + 6, (i / 4) % kSlots, vectors::kKey.tag, 0);
         break;
       case 2:  // client-chosen DCID, 8..20 bytes
         pkt[0] = 0xc0;
@@ -182,7 +182,7 @@ TEST(BpfSteering, TwoGroupsEachWithItsOwnProgram) {
   auto client = client_socket(AF_INET);
   for (int slot = 0; slot < kSlots; ++slot) {
     uint8_t pkt[40] = {0x40};
-    make_cid(pkt + 1, static_cast<uint32_t>(slot), key.tag);
+    make_cid(pkt + 1, static_cast<uint32_t>(slot), key.tag, static_cast<unsigned>(slot) & 1u);
     EXPECT_EQ(deliver(b, client.get(), pkt, sizeof pkt), slot);
   }
 }
@@ -206,7 +206,7 @@ TEST(BpfSteering, KernelHashAloneReport) {
   for (int i = 0; i < 100; ++i) {
     uint8_t pkt[40] = {0x40};
     int slot = i % kSlots;
-    make_cid(pkt + 1, static_cast<uint32_t>(slot), vectors::kKey.tag);
+    make_cid(pkt + 1, static_cast<uint32_t>(slot), vectors::kKey.tag, 1);
     auto client = client_socket(AF_INET);
     int got = deliver(g, client.get(), pkt, sizeof pkt);
     ASSERT_GE(got, 0);

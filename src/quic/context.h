@@ -2,6 +2,7 @@
 // supervisor before it forks (sockets, forwarding pairs, secrets, the BPF program) and inherited.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -25,16 +26,30 @@ struct Secrets {
   uint8_t static_secret[32];  // Retry/NEW_TOKEN tokens and stateless-reset tokens
 };
 
+// Each slot has two forwarding pairs, one per generation parity (generation & 1): a SIGHUP's new
+// process of a slot and the old one it replaces read different pairs, and the CIDs each issues
+// carry its parity (steering.h, dispatch.h).
+using ForwardPair = std::array<int, 2>;  // write ends by parity
+
 struct ProcessContext {
   int slot = 0;
+  uint64_t generation = 1;  // the supervisor's SIGHUP generation (1 at start)
   SteeringKey key;
   SteeringMode mode = SteeringMode::kForward;
-  std::vector<int> udp_fds;     // this slot's UDP sockets, one per address (owned by the process)
-  int forward_rx = -1;          // this slot's forwarding socket (read end)
-  std::vector<int> forward_tx;  // per slot, the write ends (forward_tx[slot] unused)
+  std::vector<int> udp_fds;  // this slot's UDP sockets, one per address (owned by the process)
+  int forward_rx = -1;       // this slot's forwarding socket of our parity (read end)
+  std::vector<ForwardPair> forward_tx;  // per slot and parity, the write ends
+  // How long after start() datagrams of our slot's other parity are forwarded to the other
+  // generation, because an older one may still be draining: the old process gets SIGTERM once
+  // we are ready and drains for up to close_timeout. 0: no older generation (generation 1; it
+  // forwards the other parity anyway, which can only be a newer generation's). A closing process
+  // always forwards the other parity (the newer generation serves the slot).
+  uint32_t linger_ms = 0;
   std::shared_ptr<const Secrets> secrets;
   std::shared_ptr<tls::Credentials> credentials;
   std::shared_ptr<tls::TicketKey> ticket_key;
+
+  unsigned parity() const { return static_cast<unsigned>(generation & 1); }
 };
 
 }  // namespace corral::quic

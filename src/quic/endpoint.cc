@@ -13,6 +13,7 @@
 
 #include <algorithm>
 
+#include "quic/dispatch.h"
 #include "quic/forward.h"
 #include "quic/h3_connection.h"
 #include "quic/stateless.h"
@@ -172,8 +173,9 @@ core::Result<void> Endpoint::start() {
     (void)fcntl(ctx_.forward_rx, F_SETFL, fcntl(ctx_.forward_rx, F_GETFL) | O_NONBLOCK);
     if (auto r = loop_.add(ctx_.forward_rx, EPOLLIN, forward_.get()); !r) return r.error();
   }
-  log().info("quic_listening", "slot={} steering={} sockets={} retry={}", ctx_.slot,
-             mode_name(ctx_.mode), sockets_.size(),
+  if (ctx_.linger_ms > 0) linger_until_ms_ = loop_.now() + ctx_.linger_ms;
+  log().info("quic_listening", "slot={} generation={} steering={} sockets={} retry={}", ctx_.slot,
+             ctx_.generation, mode_name(ctx_.mode), sockets_.size(),
              options_.retry == RetryMode::kOn    ? "on"
              : options_.retry == RetryMode::kOff ? "off"
                                                  : "auto");
@@ -314,24 +316,43 @@ void Endpoint::process(Socket& s, const Datagram& d) {
     ++stats_.dropped;
     return;
   }
-  // Steering: a datagram the kernel gave to the wrong process goes to its owner, once.
-  if (!d.forwarded && ctx_.mode != SteeringMode::kOff && ctx_.key.slots > 1) {
-    int owner = packet_owner(d.data, d.len, ctx_.key);
-    if (owner != kNoOwner && owner != ctx_.slot) {
+  const bool ours = cid_is_ours(vc.dcid, vc.dcidlen, ctx_.key.tag);
+  std::string key =
+      ours ? server_key(vc.dcid, vc.dcidlen) : client_key(vc.dcid, vc.dcidlen, d.remote);
+  auto it = table_.find(key);
+  // Steering (a datagram the kernel gave to the wrong slot goes to its owner, once) and
+  // generations (our slot's old and new process share its UDP socket during a reload).
+  DispatchSelf self;
+  self.slot = ctx_.slot;
+  self.parity = ctx_.parity();
+  self.steering = ctx_.mode != SteeringMode::kOff && ctx_.key.slots > 1;
+  self.closing = closing_;
+  // Generation 1 has no older generation: the other parity can only be a newer one's.
+  self.lingering = ctx_.generation <= 1 || loop_.now() < linger_until_ms_;
+  DatagramFacts facts;
+  facts.forwarded = d.forwarded;
+  facts.owner = packet_owner(d.data, d.len, ctx_.key);
+  facts.ours = ours;
+  facts.cid_parity = ours ? cid_parity(vc.dcid) : 0;
+  facts.known = it != table_.end();
+  facts.long_header = vc.version != 0;
+  Dispatch to = dispatch(self, facts);
+  if (to.route != Route::kHere) {
+    int fd = static_cast<size_t>(to.slot) < ctx_.forward_tx.size()
+                 ? ctx_.forward_tx[static_cast<size_t>(to.slot)][to.parity]
+                 : -1;
+    // No pair for the other generation (a single-generation embedding): handle it here.
+    if (fd >= 0 || to.route == Route::kToSlot) {
       ForwardHeader h{d.local, d.remote, d.ecn};
-      if (static_cast<size_t>(owner) < ctx_.forward_tx.size() && ctx_.forward_tx[owner] >= 0 &&
-          forward_datagram(ctx_.forward_tx[owner], h, d.data, d.len)) {
-        ++stats_.forwarded_out;
+      if (fd >= 0 && forward_datagram(fd, h, d.data, d.len)) {
+        ++(to.route == Route::kToSlot ? stats_.forwarded_out : stats_.forwarded_generation);
       } else {
         ++stats_.dropped;
       }
       return;
     }
   }
-  const bool ours = cid_is_ours(vc.dcid, vc.dcidlen, ctx_.key.tag);
-  std::string key =
-      ours ? server_key(vc.dcid, vc.dcidlen) : client_key(vc.dcid, vc.dcidlen, d.remote);
-  if (auto it = table_.find(key); it != table_.end()) {
+  if (it != table_.end()) {
     it->second->on_datagram(d);
     return;
   }
@@ -436,7 +457,7 @@ void Endpoint::send_retry(Socket& s, const Datagram& d, const ngtcp2_pkt_hd& hd)
   ngtcp2_cid scid;
   scid.datalen = kCidLength;
   // Tagged with our slot: the client's next Initial carries it and is steered back here.
-  make_cid(scid.data, static_cast<uint32_t>(ctx_.slot), ctx_.key.tag);
+  make_cid(scid.data, static_cast<uint32_t>(ctx_.slot), ctx_.key.tag, ctx_.parity());
   uint8_t token[NGTCP2_CRYPTO_MAX_RETRY_TOKENLEN];
   auto tokenlen =
       ngtcp2_crypto_generate_retry_token(token, secret(), kSecretLen, hd.version, sa(d.remote),
@@ -680,11 +701,13 @@ void Endpoint::maybe_finish_close() {
   auto done = std::move(close_done_);
   close_done_ = nullptr;
   log().info("quic_closed",
-             "slot={} handshakes={} requests={} goaways={} packets_in={} packets_out={} "
-             "forwarded_in={} forwarded_out={} stateless_resets={} retries={} dropped={}",
-             ctx_.slot, stats_.handshakes, stats_.requests, goaways_, stats_.packets_in,
-             stats_.packets_out, stats_.forwarded_in, stats_.forwarded_out, stats_.stateless_resets,
-             stats_.retries_sent, stats_.dropped);
+             "slot={} generation={} handshakes={} requests={} goaways={} packets_in={} "
+             "packets_out={} forwarded_in={} forwarded_out={} forwarded_generation={} "
+             "stateless_resets={} retries={} dropped={}",
+             ctx_.slot, ctx_.generation, stats_.handshakes, stats_.requests, goaways_,
+             stats_.packets_in, stats_.packets_out, stats_.forwarded_in, stats_.forwarded_out,
+             stats_.forwarded_generation, stats_.stateless_resets, stats_.retries_sent,
+             stats_.dropped);
   loop_.defer(std::move(done));
 }
 

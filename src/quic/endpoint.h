@@ -3,8 +3,9 @@
 // Retry, stateless reset, the INVALID_TOKEN close), and routes each datagram:
 //   owner slot (steering.h) is another process -> forward it (forward.h), unless it was forwarded
 //   to us already; a connection of ours (server CID, or client-chosen DCID + peer address) ->
-//   that connection; a new Initial -> Retry or a new connection; a short header with our tag but
-//   no connection -> stateless reset.
+//   that connection; our slot's CID of the other SIGHUP generation, or a new connection while we
+//   drain -> the other generation's forwarding pair (dispatch.h); a new Initial -> Retry or a new
+//   connection; a short header with our tag but no connection -> stateless reset.
 // Receives are batched with recvmmsg (local address from IP_PKTINFO/IPV6_PKTINFO, ECN from the
 // TOS byte); sends use one sendmsg per GSO batch (UDP_SEGMENT), falling back to one datagram per
 // call when the kernel refuses GSO (EIO).
@@ -135,6 +136,8 @@ class Endpoint {
   core::Timer tick_;         // while closing: GOAWAY steps; while a site is missing: parked
   uint64_t close_started_ms_ = 0;
   uint64_t goaways_ = 0;  // GOAWAYs sent while closing (log)
+  // Until then (loop ms) an older generation of our slot may still drain: its CIDs are forwarded.
+  uint64_t linger_until_ms_ = 0;
 };
 
 }  // namespace corral::quic

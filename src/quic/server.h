@@ -6,7 +6,9 @@
 // One process is slot `ctx.slot` of a fan-out: every connection ID it issues carries the slot and
 // the deployment tag (steering.h). Datagrams the kernel hands to the wrong process are forwarded
 // to their owner over the forwarding sockets (forward.h); datagrams forwarded to us are served as
-// if they had arrived on our UDP socket for their local address.
+// if they had arrived on our UDP socket for their local address. During a SIGHUP reload the old
+// and the new process of a slot share its UDP socket; every CID carries its generation's parity,
+// and each hands the other's datagrams over through the slot's pair of that parity (dispatch.h).
 //
 // Lifetime: construct after the http::Server (it borrows it, its loop and its logger), start(),
 // close(done) on shutdown (GOAWAY, drain up to the server's close_timeout, then CONNECTION_CLOSE
@@ -49,7 +51,10 @@ struct Http3Stats {
   uint64_t packets_in = 0;
   uint64_t packets_out = 0;
   uint64_t forwarded_out = 0;  // datagrams we sent to their owning slot
-  uint64_t forwarded_in = 0;   // datagrams another slot forwarded to us
+  uint64_t forwarded_in = 0;   // datagrams another slot (or generation) forwarded to us
+  // Datagrams we sent to the other SIGHUP generation of our slot: its connections' packets, and
+  // new connections while we drain (dispatch.h).
+  uint64_t forwarded_generation = 0;
   uint64_t stateless_resets = 0;
   uint64_t retries_sent = 0;
   uint64_t dropped = 0;  // undecodable, unowned, refused or undeliverable datagrams

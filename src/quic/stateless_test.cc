@@ -35,7 +35,7 @@ TEST(StatelessReset, TokenDependsOnSecretAndCidOnly) {
     other[i] = static_cast<uint8_t>(i + 1);
   }
   uint8_t cid[kCidLength];
-  make_cid(cid, 3, 0xabcdef01);
+  make_cid(cid, 3, 0xabcdef01, 1);
   uint8_t a[16], b[16], c[16];
   ASSERT_TRUE(stateless_reset_token(secret, 32, cid, sizeof cid, a));
   ASSERT_TRUE(stateless_reset_token(secret, 32, cid, sizeof cid, b));

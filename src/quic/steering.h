@@ -3,7 +3,9 @@
 // the same vectors so both always agree.
 //
 // Server-issued connection IDs are kCidLength bytes:
-//   byte 0       random
+//   byte 0       random, except bit 0: the parity of the SIGHUP generation that issued it (old
+//                and new processes of a slot share its UDP socket while the old one drains;
+//                the parity tells whose connection a datagram is: dispatch.h)
 //   byte 1       slot (the server process index, stable across respawns)
 //   bytes 2..5   deployment tag, network order (tells our CIDs from client-chosen ones of the
 //                same length: gtlsclient's Initial DCIDs are 18 bytes too)
@@ -29,12 +31,17 @@ struct SteeringKey {
   uint32_t slots = 1;  // number of server processes
 };
 
-// A fresh server CID for `slot` (random bytes from gnutls_rnd: fork-safe).
-void make_cid(uint8_t out[kCidLength], uint32_t slot, uint32_t tag);
+// A fresh server CID for `slot` issued by a generation of parity `parity` (generation & 1); random
+// bytes from gnutls_rnd (fork-safe).
+void make_cid(uint8_t out[kCidLength], uint32_t slot, uint32_t tag, unsigned parity);
 // Whether `cid` is one of ours (length and tag), and its slot.
 bool cid_is_ours(const uint8_t* cid, size_t len, uint32_t tag);
 inline uint32_t cid_slot(const uint8_t* cid) {
   return cid[1];
+}
+// The generation parity of one of our CIDs.
+inline unsigned cid_parity(const uint8_t* cid) {
+  return cid[0] & 1u;
 }
 // The keyed hash of a client-chosen DCID's first 8 bytes (the BPF program computes the same).
 uint32_t initial_hash(const uint8_t dcid8[8], uint32_t seed);

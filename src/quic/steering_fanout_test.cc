@@ -43,7 +43,8 @@ int serve(const ProcessContext& ctx) {
         if (!mine) {
           auto local = core::local_address(udp);
           h.local = local.value();
-          (void)forward_datagram(ctx.forward_tx.at(static_cast<size_t>(owner)), h, buf, len);
+          (void)forward_datagram(ctx.forward_tx.at(static_cast<size_t>(owner))[ctx.parity()], h,
+                                 buf, len);
         } else {
           char reply[64];
           int r = snprintf(reply, sizeof reply, "slot=%d pid=%d via=direct", ctx.slot, getpid());
@@ -117,7 +118,8 @@ class SteeringFanout : public ::testing::TestWithParam<SteeringRequest> {
       auto steering = steering_;
       fanout::ChildMain main = [steering](const fanout::ChildContext& c) {
         c.notify_ready();
-        return serve(steering->context(c.slot, c.udp_fds, c.forward_rx, c.forward_tx));
+        return serve(
+            steering->context(c.slot, c.generation, c.udp_fds, c.forward_rx, c.forward_tx));
       };
       _exit(fanout::run_fanout(sup_log, options, listeners, main));
     }
@@ -142,7 +144,8 @@ class SteeringFanout : public ::testing::TestWithParam<SteeringRequest> {
   void short_packet(uint8_t* pkt, int slot) const {
     std::memset(pkt, 0x11, 48);
     pkt[0] = 0x41;
-    make_cid(pkt + 1, static_cast<uint32_t>(slot), steering_->key.tag);
+    make_cid(pkt + 1, static_cast<uint32_t>(slot), steering_->key.tag,
+             static_cast<unsigned>(slot) & 1u);
   }
 
   std::shared_ptr<fanout::QuicSockets> quic_;

@@ -42,10 +42,11 @@ core::Result<SteeringRequest> parse_steering_request(std::string_view text) {
       EINVAL, "steering must be auto, bpf, forward or off (got \"" + std::string(text) + "\")"};
 }
 
-ProcessContext Steering::context(int slot, std::vector<int> udp_fds, int forward_rx,
-                                 std::vector<int> forward_tx) const {
+ProcessContext Steering::context(int slot, uint64_t generation, std::vector<int> udp_fds,
+                                 int forward_rx, std::vector<ForwardPair> forward_tx) const {
   ProcessContext ctx;
   ctx.slot = slot;
+  ctx.generation = generation;
   ctx.key = key;
   ctx.mode = mode;
   ctx.udp_fds = std::move(udp_fds);

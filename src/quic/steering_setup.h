@@ -39,11 +39,11 @@ struct Steering {
   std::vector<BpfSteering> programs;  // kBpf: one per QUIC address, in address order
   std::string fallback_reason;        // kAuto that ended in kForward: why BPF did not load
 
-  // The steering part of slot `slot`'s ProcessContext (slot, key, mode and the fds it inherited:
-  // fanout::ChildContext's udp_fds, forward_rx, forward_tx). The caller adds secrets and
-  // credentials.
-  ProcessContext context(int slot, std::vector<int> udp_fds, int forward_rx,
-                         std::vector<int> forward_tx) const;
+  // The steering part of the ProcessContext of slot `slot`'s process of SIGHUP generation
+  // `generation` (slot, generation, key, mode and the fds it inherited: fanout::ChildContext's
+  // udp_fds, forward_rx, forward_tx). The caller adds linger_ms, secrets and credentials.
+  ProcessContext context(int slot, uint64_t generation, std::vector<int> udp_fds, int forward_rx,
+                         std::vector<ForwardPair> forward_tx) const;
 };
 
 // `groups[a]`: QUIC address a's UDP sockets in slot order (fanout::QuicSockets::group(a)), each

@@ -66,15 +66,17 @@ TEST(SteeringSetup, ContextCarriesTheSharedKey) {
   auto log = quiet_log();
   auto s = setup_steering({q.group(0)}, 2, SteeringRequest::kForward, log);
   ASSERT_TRUE(s.ok());
-  auto ctx = (*s)->context(1, {7, 8}, 9, {10, 11});
+  auto ctx = (*s)->context(1, 2, {7, 8}, 9, {{10, 11}, {12, 13}});
   EXPECT_EQ(ctx.slot, 1);
+  EXPECT_EQ(ctx.generation, 2u);
+  EXPECT_EQ(ctx.parity(), 0u);
   EXPECT_EQ(ctx.key.tag, (*s)->key.tag);
   EXPECT_EQ(ctx.key.seed, (*s)->key.seed);
   EXPECT_EQ(ctx.key.slots, 2u);
   EXPECT_EQ(ctx.mode, SteeringMode::kForward);
   EXPECT_EQ(ctx.udp_fds, (std::vector<int>{7, 8}));
   EXPECT_EQ(ctx.forward_rx, 9);
-  EXPECT_EQ(ctx.forward_tx, (std::vector<int>{10, 11}));
+  EXPECT_EQ(ctx.forward_tx, (std::vector<ForwardPair>{{10, 11}, {12, 13}}));
 }
 
 TEST(SteeringSetup, BpfLoadsOneProgramPerAddress) {

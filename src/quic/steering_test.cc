@@ -21,7 +21,7 @@ TEST(Steering, MakeCidLayout) {
   std::set<std::vector<uint8_t>> seen;
   for (uint32_t slot = 0; slot < kMaxSlots; ++slot) {
     uint8_t cid[kCidLength];
-    make_cid(cid, slot, 0xA1B2C3D4u);
+    make_cid(cid, slot, 0xA1B2C3D4u, slot & 1u);
     EXPECT_EQ(cid[1], slot);
     EXPECT_EQ(cid[2], 0xA1);
     EXPECT_EQ(cid[3], 0xB2);
@@ -37,7 +37,7 @@ TEST(Steering, MakeCidLayout) {
 
 TEST(Steering, CidIsOursChecksTagAndLength) {
   uint8_t cid[20];
-  make_cid(cid, 3, kKey.tag);
+  make_cid(cid, 3, kKey.tag, 0);
   EXPECT_TRUE(cid_is_ours(cid, kCidLength, kKey.tag));
   EXPECT_FALSE(cid_is_ours(cid, kCidLength, kKey.tag ^ 1));
   EXPECT_FALSE(cid_is_ours(cid, kCidLength, 0));
@@ -74,11 +74,11 @@ TEST(Steering, OwnCidsRouteToTheirSlotForEverySlotCount) {
     for (uint32_t slot = 0; slot < kMaxSlots; ++slot) {
       uint8_t pkt[64] = {};
       pkt[0] = 0x40;  // short header
-      make_cid(pkt + 1, slot, key.tag);
+      make_cid(pkt + 1, slot, key.tag, slot & 1u);
       int expect = slot < slots ? static_cast<int>(slot) : kNoOwner;
       EXPECT_EQ(packet_owner(pkt, 40, key), expect) << "short slots=" << slots << " slot=" << slot;
       uint8_t lng[64] = {0xc0, 0, 0, 0, 1, kCidLength};
-      make_cid(lng + 6, slot, key.tag);
+      make_cid(lng + 6, slot, key.tag, 1);
       EXPECT_EQ(packet_owner(lng, 60, key), expect) << "long slots=" << slots << " slot=" << slot;
     }
   }

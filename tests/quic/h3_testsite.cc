@@ -252,7 +252,8 @@ int main(int argc, char** argv) {
   ctx.mode = steering_mode == "off" ? quic::SteeringMode::kOff : quic::SteeringMode::kForward;
   ctx.udp_fds = {udps[static_cast<size_t>(slot)]};
   ctx.forward_rx = pairs[static_cast<size_t>(slot)][0];
-  for (auto& p : pairs) ctx.forward_tx.push_back(p[1]);
+  // One generation (1, parity 1) and no reloads here: no pair for parity 0.
+  for (auto& p : pairs) ctx.forward_tx.push_back({-1, p[1]});
   ctx.secrets = secrets;
   ctx.credentials = creds.value();
   ctx.ticket_key = ticket.value();
