@@ -177,14 +177,22 @@ size_t count_lines(const std::string& path) {
   return n;
 }
 
-// A SIGHUP generation (Supervisor::reload) gets the same QUIC sockets as the one it replaces.
+// A SIGHUP generation (Supervisor::reload) gets the same QUIC sockets as the one it replaces, but
+// reads the slot's forwarding pair of its own parity (generation & 1), so the old and the new
+// process never read each other's forwarded datagrams; both can write to either.
 TEST(QuicSockets, ReloadedGenerationGetsTheSameSockets) {
   constexpr int kSlots = 2;
   auto made = make_quic_sockets({addr("127.0.0.1:0")}, kSlots);
   ASSERT_TRUE(made.ok()) << made.error().reason;
   auto quic = std::make_shared<QuicSockets>(std::move(made.value()));
   std::map<int, ino_t> udp_inode;
-  for (int i = 0; i < kSlots; ++i) udp_inode[i] = inode(quic->udp[static_cast<size_t>(i)][0].get());
+  std::map<std::pair<int, int>, ino_t> rx_inode;  // (slot, parity)
+  for (int i = 0; i < kSlots; ++i) {
+    udp_inode[i] = inode(quic->udp[static_cast<size_t>(i)][0].get());
+    for (int p = 0; p < 2; ++p)
+      rx_inode[{i, p}] =
+          inode(quic->forward_rx[static_cast<size_t>(i)][static_cast<size_t>(p)].get());
+  }
   char dir_template[] = "/tmp/corral-fanout-reload-XXXXXX";
   ASSERT_NE(mkdtemp(dir_template), nullptr);
   std::string dir = dir_template;
@@ -201,7 +209,11 @@ TEST(QuicSockets, ReloadedGenerationGetsTheSameSockets) {
   listeners->slots.resize(kSlots);
   // Each process writes "<generation> same|different" and serves until SIGTERM.
   ChildMain main = [&](const ChildContext& ctx) {
-    bool same = ctx.udp_fds.size() == 1 && inode(ctx.udp_fds[0]) == udp_inode[ctx.slot];
+    int parity = static_cast<int>(ctx.generation & 1);
+    bool same = ctx.udp_fds.size() == 1 && inode(ctx.udp_fds[0]) == udp_inode[ctx.slot] &&
+                inode(ctx.forward_rx) == rx_inode[{ctx.slot, parity}] &&
+                ctx.forward_tx.size() == static_cast<size_t>(kSlots);
+    for (const auto& pair : ctx.forward_tx) same = same && pair[0] >= 0 && pair[1] >= 0;
     FILE* f = fopen(path(ctx.slot).c_str(), "a");
     fprintf(f, "%llu %s\n", static_cast<unsigned long long>(ctx.generation),
             same ? "same" : "different");
