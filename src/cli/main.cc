@@ -216,11 +216,6 @@ std::shared_ptr<const http::AdmissionPolicy> reload_policy(const Flags& flags, c
   return fresh.policy;
 }
 
-// How much longer than close_timeout a new generation's process keeps forwarding the previous
-// generation's datagrams (its drain ends with CONNECTION_CLOSE at close_timeout; this covers the
-// time it took the new one to become ready and the old one's last retransmissions).
-constexpr uint32_t kLingerMarginMs = 5'000;
-
 // HTTP/3 in the supervisor: made once per start, before the first fork, and kept across SIGHUP
 // generations (the UDP sockets live in SupervisorOptions::quic for the same reason): tokens and
 // stateless resets from one generation stay valid in the next.
@@ -265,10 +260,6 @@ fanout::ChildMain child_main(std::shared_ptr<const Prepared> p, core::Logger& lo
       run.on_server = [p, quic_shared, &ctx, &log](http::Server& server) {
         auto pc = quic_shared->steering->context(ctx.slot, ctx.generation, ctx.udp_fds,
                                                  ctx.forward_rx, ctx.forward_tx);
-        // A reload's older generation of this slot drains for up to close_timeout after we are
-        // ready: forward its connections' datagrams to it that long, plus a margin for its last
-        // packets (docs/steering.md, "Reloads").
-        if (ctx.generation > 1) pc.linger_ms = server.options().close_timeout_ms + kLingerMarginMs;
         pc.secrets = quic_shared->secrets;
         pc.credentials = p->credentials;
         pc.ticket_key = quic_shared->ticket_key;

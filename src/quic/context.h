@@ -39,12 +39,6 @@ struct ProcessContext {
   std::vector<int> udp_fds;  // this slot's UDP sockets, one per address (owned by the process)
   int forward_rx = -1;       // this slot's forwarding socket of our parity (read end)
   std::vector<ForwardPair> forward_tx;  // per slot and parity, the write ends
-  // How long after start() datagrams of our slot's other parity are forwarded to the other
-  // generation, because an older one may still be draining: the old process gets SIGTERM once
-  // we are ready and drains for up to close_timeout. 0: no older generation (generation 1; it
-  // forwards the other parity anyway, which can only be a newer generation's). A closing process
-  // always forwards the other parity (the newer generation serves the slot).
-  uint32_t linger_ms = 0;
   std::shared_ptr<const Secrets> secrets;
   std::shared_ptr<tls::Credentials> credentials;
   std::shared_ptr<tls::TicketKey> ticket_key;

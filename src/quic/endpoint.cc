@@ -173,7 +173,6 @@ core::Result<void> Endpoint::start() {
     (void)fcntl(ctx_.forward_rx, F_SETFL, fcntl(ctx_.forward_rx, F_GETFL) | O_NONBLOCK);
     if (auto r = loop_.add(ctx_.forward_rx, EPOLLIN, forward_.get()); !r) return r.error();
   }
-  if (ctx_.linger_ms > 0) linger_until_ms_ = loop_.now() + ctx_.linger_ms;
   log().info("quic_listening", "slot={} generation={} steering={} sockets={} retry={}", ctx_.slot,
              ctx_.generation, mode_name(ctx_.mode), sockets_.size(),
              options_.retry == RetryMode::kOn    ? "on"
@@ -327,8 +326,12 @@ void Endpoint::process(Socket& s, const Datagram& d) {
   self.parity = ctx_.parity();
   self.steering = ctx_.mode != SteeringMode::kOff && ctx_.key.slots > 1;
   self.closing = closing_;
-  // Generation 1 has no older generation: the other parity can only be a newer one's.
-  self.lingering = ctx_.generation <= 1 || loop_.now() < linger_until_ms_;
+  // The other parity is always handed to the other generation of our slot: it is a newer one's
+  // (we are generation 1, or a reload is starting) or an older one's that may still drain. A
+  // deadline would reopen a window in which a new generation's first connections are reset by
+  // an old process not yet told to close; what forwarding costs instead is the stateless reset of
+  // a connection whose older process is gone, which that process closed when it finished.
+  self.lingering = true;
   DatagramFacts facts;
   facts.forwarded = d.forwarded;
   facts.owner = packet_owner(d.data, d.len, ctx_.key);

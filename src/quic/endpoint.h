@@ -136,8 +136,6 @@ class Endpoint {
   core::Timer tick_;         // while closing: GOAWAY steps; while a site is missing: parked
   uint64_t close_started_ms_ = 0;
   uint64_t goaways_ = 0;  // GOAWAYs sent while closing (log)
-  // Until then (loop ms) an older generation of our slot may still drain: its CIDs are forwarded.
-  uint64_t linger_until_ms_ = 0;
 };
 
 }  // namespace corral::quic
