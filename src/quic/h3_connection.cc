@@ -743,7 +743,13 @@ void H3Connection::write() {
       if (!send_batch(off)) break;
       off = 0;
       npkts = 0;
-      if (full) break;  // the send quantum is out: pacing (the timer) brings us back
+      if (full) {
+        // The send quantum is out. Come back on the next loop round (after the ACKs that
+        // arrived meanwhile) rather than on the millisecond timer: ngtcp2's pacing decides then
+        // whether more may go (nothing is written if not, and the timer takes over).
+        ep_.schedule_write(this);
+        break;
+      }
     }
   }
   ngtcp2_conn_update_pkt_tx_time(conn_, ts);
