@@ -1,6 +1,7 @@
 // corral: the program. Wires the components together (STYLE rule 9: cli only wires).
 #include <sys/stat.h>
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <unistd.h>
 
@@ -225,6 +226,26 @@ struct QuicShared {
   std::shared_ptr<tls::TicketKey> ticket_key;
 };
 
+// {"type":"report","quic":{...}}: what GET /processes shows of a process's HTTP/3.
+std::string quic_report(const quic::Http3Server& h3) {
+  const auto& s = h3.stats();
+  return nlohmann::json{{"type", "report"},
+                        {"quic",
+                         {{"steering", quic::steering_name(h3.steering_mode())},
+                          {"connections", s.connections_active},
+                          {"handshakes", s.handshakes},
+                          {"requests", s.requests},
+                          {"packets_in", s.packets_in},
+                          {"packets_out", s.packets_out},
+                          {"forwarded_out", s.forwarded_out},
+                          {"forwarded_in", s.forwarded_in},
+                          {"forwarded_generation", s.forwarded_generation},
+                          {"stateless_resets", s.stateless_resets},
+                          {"retries_sent", s.retries_sent},
+                          {"dropped", s.dropped}}}}
+      .dump();
+}
+
 fanout::ChildMain child_main(std::shared_ptr<const Prepared> p, core::Logger& log, Flags flags,
                              std::shared_ptr<const QuicShared> quic_shared = nullptr) {
   return [p, &log, flags, quic_shared](const fanout::ChildContext& ctx) {
@@ -268,8 +289,21 @@ fanout::ChildMain child_main(std::shared_ptr<const Prepared> p, core::Logger& lo
           log.error("http3_failed", "slot={} error=\"{}\"", ctx.slot, r.error().reason);
           return http::RunOptions::Companion{};
         }
+        // Every second the process reports its HTTP/3 state to the supervisor (GET /processes).
+        struct Running {
+          std::shared_ptr<quic::Http3Server> h3;
+          core::Timer report;
+        };
+        auto running = std::make_shared<Running>();
+        running->h3 = h3;
+        auto resolver_slot = p->resolver_slot;
+        running->report.bind(server.loop().timers(), [r = running.get(), resolver_slot] {
+          if (resolver_slot->resolver) resolver_slot->resolver->report(quic_report(*r->h3));
+          r->report.arm_after(1000);
+        });
+        running->report.arm_after(100);
         return http::RunOptions::Companion{
-            h3, [h3](std::function<void()> done) { h3->close(std::move(done)); }};
+            running, [h3](std::function<void()> done) { h3->close(std::move(done)); }};
       };
     }
     log.set_level(p->config.log_level);
@@ -417,7 +451,10 @@ int serve(const Flags& flags) {
   };
   workers::Manager* manager = nullptr;  // owned by the Services run_fanout holds (and destroys
                                         // before its loop)
-  hooks.on_link = [&manager](int, core::MessageLink& link) { cli::serve_link(link, &manager); };
+  auto reports = std::make_shared<cli::ProcessReports>();
+  hooks.on_link = [&manager, reports](int slot, core::MessageLink& link) {
+    cli::serve_link(link, &manager, slot, reports);
+  };
   hooks.on_started = [&](core::EventLoop& loop, fanout::Supervisor& sup) -> std::shared_ptr<void> {
     auto services = std::make_shared<Services>();
     if (!prepared->config.workers.empty()) {
@@ -441,7 +478,10 @@ int serve(const Flags& flags) {
     opts.access_log = false;
     services->control = std::make_shared<http::Server>(loop, log, opts);
     http::SiteBuilder site;
-    control::add_process_routes(site, sup);
+    control::add_process_routes(site, sup, [reports](int slot) {
+      auto it = reports->by_slot.find(slot);
+      return it == reports->by_slot.end() ? nlohmann::json() : it->second;
+    });
     if (manager) control::add_worker_routes(site, *manager);
     (void)services->control->adopt_listener(std::move(fd.value()));
     services->control->publish(site.build().value());

@@ -107,13 +107,26 @@ std::vector<workers::KindConfig> kind_configs(const std::vector<WorkerKind>& kin
   return out;
 }
 
-void serve_link(core::MessageLink& link, workers::Manager** manager) {
-  // The link dies with its server process; answers that come later are dropped.
+void serve_link(core::MessageLink& link, workers::Manager** manager, int slot,
+                std::shared_ptr<ProcessReports> reports) {
+  // The link dies with its server process; answers that come later are dropped, and so is what
+  // it reported.
   auto alive = std::make_shared<core::MessageLink*>(&link);
-  link.on_closed = [alive] { *alive = nullptr; };
-  link.on_message = [alive, manager](std::string_view message) {
+  link.on_closed = [alive, slot, reports] {
+    *alive = nullptr;
+    if (reports) reports->by_slot.erase(slot);
+  };
+  link.on_message = [alive, manager, slot, reports](std::string_view message) {
     auto m = nlohmann::json::parse(message, nullptr, false);
-    if (!m.is_object() || m.value("type", "") != "resolve") return;
+    if (!m.is_object()) return;
+    if (m.value("type", "") == "report") {
+      if (reports) {
+        m.erase("type");
+        reports->by_slot[slot] = std::move(m);
+      }
+      return;
+    }
+    if (m.value("type", "") != "resolve") return;
     uint64_t id = m.value("id", uint64_t{0});
     std::string address = m.value("address", "");
     auto reply = [alive, id, address](const workers::Resolution& r) {

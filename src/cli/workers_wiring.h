@@ -4,6 +4,8 @@
 //
 // Link messages (JSON, one per SEQPACKET packet):
 //   server -> supervisor  {"type":"resolve","id":N,"address":"doc:42"}
+//                         {"type":"report","quic":{...}}  (every second: the process's own state
+//                         for the control API's GET /processes)
 //   supervisor -> server  {"type":"resolved","id":N,"socket":"/state/sockets/doc%3A42.sock"}
 //                         {"type":"refused","id":N,"status":503,"error":{"message":...}}
 #pragma once
@@ -35,6 +37,8 @@ class LinkResolver {
 
   LinkResolver(core::EventLoop& loop, core::UniqueFd fd);
   void resolve(const std::string& address, Answer answer, bool fresh = false);
+  // A report of this process's state to the supervisor (see ProcessReports).
+  void report(std::string message) { link_.send(std::move(message)); }
 
  private:
   struct Cached {
@@ -62,7 +66,12 @@ std::vector<workers::KindConfig> kind_configs(const std::vector<WorkerKind>& kin
 
 // The supervisor's end: answers resolve requests from `link` with `manager` (which must outlive
 // the link or be null: then requests are refused).
-void serve_link(core::MessageLink& link, workers::Manager** manager);
+// What each server process last reported over its link, by slot; an entry goes with its link.
+struct ProcessReports {
+  std::map<int, nlohmann::json> by_slot;
+};
+void serve_link(core::MessageLink& link, workers::Manager** manager, int slot = -1,
+                std::shared_ptr<ProcessReports> reports = nullptr);
 
 // A refusal as the client sees it: the status and {"error":{message, code?, reason?}}.
 http::Response error_response(int status, const nlohmann::json& error);

@@ -4,8 +4,9 @@
 
 namespace corral::control {
 
-void add_process_routes(http::SiteBuilder& site, const fanout::Supervisor& supervisor) {
-  site.route("GET /processes", [&supervisor](http::Request&) {
+void add_process_routes(http::SiteBuilder& site, const fanout::Supervisor& supervisor,
+                        ProcessReport reported) {
+  site.route("GET /processes", [&supervisor, reported](http::Request&) {
     nlohmann::json slots = nlohmann::json::array();
     for (const auto& s : supervisor.state()) {
       slots.push_back({{"index", s.index},
@@ -17,6 +18,11 @@ void add_process_routes(http::SiteBuilder& site, const fanout::Supervisor& super
                        {"last_exit", s.last_exit},
                        {"backoff_ms", s.backoff_ms},
                        {"status", s.status}});
+      if (reported && s.pid != 0) {
+        auto extra = reported(s.index);
+        if (extra.is_object())
+          for (auto& [k, v] : extra.items()) slots.back()[k] = v;
+      }
     }
     return http::Response::json({{"generation", supervisor.generation()},
                                  {"terminating", supervisor.terminating()},

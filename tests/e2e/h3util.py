@@ -5,6 +5,7 @@ gtlsclient does not verify certificates and exits 0 on many failures, so a fetch
 when every request's response head (":status: 200") and the `Corral-Process` header were seen.
 """
 import concurrent.futures
+import json
 import os
 import re
 import shutil
@@ -36,9 +37,11 @@ def free_port():
     raise RuntimeError("no free TCP+UDP port")
 
 
-def h3_config(port, steering="forward", retry="off", extra=""):
+def h3_config(port, steering="forward", retry="off", extra="", state_dir=None):
+    state = f'state_dir = "{state_dir}"' if state_dir else ""
     return f"""
 process_header = true
+{state}
 
 [tls]
 listen = "127.0.0.1:{port}"
@@ -52,9 +55,11 @@ retry = "{retry}"
 
 def start_h3(server_factory, processes, steering="forward", retry="off", extra="", args=()):
     port = free_port()
+    state_dir = tempfile.mkdtemp(prefix="corral-h3-state-")
     srv = server_factory("--processes", str(processes), *args, binary=CORRAL_BIN,
-                         config=h3_config(port, steering, retry, extra))
+                         config=h3_config(port, steering, retry, extra, state_dir))
     srv.tls_port = port
+    srv.state_dir = state_dir
     srv.wait_log(r"http3_listening", timeout=10)
     return srv
 
@@ -98,6 +103,14 @@ def run_clients(port, total=200, concurrency=20, **kw):
     """`total` connections, `concurrency` at a time; returns the list of Fetch results."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=concurrency) as pool:
         return list(pool.map(lambda _: h3_fetch(port, **kw), range(total)))
+
+
+def process_reports(srv):
+    """GET /processes from the control API (`corral ctl processes`): the slots and, per live
+    process, what it last reported of its HTTP/3 state (every second)."""
+    out = subprocess.run([CORRAL_BIN, "ctl", "processes", "--state-dir", srv.state_dir],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=10)
+    return json.loads(out.stdout)["processes"]
 
 
 def summarize(results):

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from h3util import GTLSCLIENT, h3_fetch, run_clients, start_h3, summarize
+from h3util import GTLSCLIENT, h3_fetch, process_reports, run_clients, start_h3, summarize
 
 pytestmark = pytest.mark.skipif(not os.path.exists(GTLSCLIENT), reason="gtlsclient missing")
 
@@ -75,6 +75,16 @@ def test_migration_at_four(server_factory, steering, how):
         print(f"steering off, {how}, N=4: {len(good)}/20 succeeded (the flaw)")
         return
     check_all_good(results, f"{how} N=4 {steering}")
+    # The control API shows each process's HTTP/3 state (reported every second).
+    time.sleep(1.5)
+    procs = process_reports(srv)
+    assert len(procs) == 4 and all(p["quic"]["steering"] == steering for p in procs), procs
+    assert sum(p["quic"]["handshakes"] for p in procs) >= 20, procs
+    if steering == "forward":
+        # A migrated client's packets come from a new 4-tuple: the kernel hashes them anywhere,
+        # and they reach their owner through forwarding.
+        assert sum(p["quic"]["forwarded_out"] for p in procs) > 0, procs
+        assert sum(p["quic"]["forwarded_in"] for p in procs) > 0, procs
 
 
 @pytest.mark.parametrize("steering", ["bpf", "forward"])
