@@ -8,6 +8,7 @@
 
 #include <charconv>
 
+#include "http/default_headers.h"
 #include "http/server.h"
 #include "http/site.h"
 #include "tls/session.h"
@@ -377,7 +378,9 @@ void Connection::write_head(int status, const Response& r, std::string_view cont
   } else if (http10) {
     out_.append("Connection: keep-alive\r\n");
   }
-  out_.append("X-Content-Type-Options: nosniff\r\nReferrer-Policy: ");
+  out_.append("X-Content-Type-Options: ");
+  out_.append(kNosniff);
+  out_.append("\r\nReferrer-Policy: ");
   out_.append(opt.referrer_policy);
   out_.append("\r\n");
   for (const auto& [k, v] : r.headers) {
@@ -394,13 +397,10 @@ void Connection::write_head(int status, const Response& r, std::string_view cont
       out_.append("\r\n");
     }
   }
-  if (req_.has_csp_nonce() && r.is_html() && !r.find_header("content-security-policy")) {
-    auto nonce = req_.csp_nonce();
-    out_.append("Content-Security-Policy: default-src 'self'; script-src 'self' 'nonce-");
-    out_.append(nonce);
-    out_.append("'; style-src 'self' 'nonce-");
-    out_.append(nonce);
-    out_.append("'; object-src 'none'; base-uri 'self'; frame-ancestors 'self'\r\n");
+  if (wants_default_csp(req_.has_csp_nonce(), r)) {
+    out_.append("Content-Security-Policy: ");
+    append_default_csp(out_, req_.csp_nonce());
+    out_.append("\r\n");
   }
   out_.append("\r\n");
 }

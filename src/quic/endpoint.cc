@@ -58,19 +58,6 @@ bool same_ip(const core::SocketAddress& a, const core::SocketAddress& b) {
                 &reinterpret_cast<const sockaddr_in6*>(&b.storage)->sin6_addr, 16) == 0;
 }
 
-// (context.h's steering_name lives with the steering code; the log line needs only this.)
-const char* mode_name(SteeringMode m) {
-  switch (m) {
-    case SteeringMode::kBpf:
-      return "bpf";
-    case SteeringMode::kForward:
-      return "forward";
-    case SteeringMode::kOff:
-      return "off";
-  }
-  return "?";
-}
-
 bool is_wildcard(const core::SocketAddress& a) {
   if (a.family() == AF_INET)
     return reinterpret_cast<const sockaddr_in*>(&a.storage)->sin_addr.s_addr == INADDR_ANY;
@@ -174,7 +161,7 @@ core::Result<void> Endpoint::start() {
     if (auto r = loop_.add(ctx_.forward_rx, EPOLLIN, forward_.get()); !r) return r.error();
   }
   log().info("quic_listening", "slot={} generation={} steering={} sockets={} retry={}", ctx_.slot,
-             ctx_.generation, mode_name(ctx_.mode), sockets_.size(),
+             ctx_.generation, steering_name(ctx_.mode), sockets_.size(),
              options_.retry == RetryMode::kOn    ? "on"
              : options_.retry == RetryMode::kOff ? "off"
                                                  : "auto");

@@ -2,6 +2,8 @@
 
 #include <charconv>
 
+#include "http/default_headers.h"
+
 namespace corral::quic {
 
 namespace {
@@ -115,19 +117,16 @@ void response_head(int status, const http::Response& r, std::string_view content
   out.emplace_back("date", std::string(d.date));
   if (!content_type.empty()) out.emplace_back("content-type", std::string(content_type));
   if (length >= 0) out.emplace_back("content-length", std::to_string(length));
-  out.emplace_back("x-content-type-options", "nosniff");
+  out.emplace_back("x-content-type-options", std::string(http::kNosniff));
   out.emplace_back("referrer-policy", std::string(d.referrer_policy));
   for (const auto& [k, v] : r.headers)
     if (h3_header_allowed(k, v)) out.emplace_back(lower(k), v);
   if (extra)
     for (const auto& [k, v] : *extra)
       if (h3_header_allowed(k, v)) out.emplace_back(lower(k), v);
-  if (!csp_nonce.empty() && r.is_html() && !r.find_header("content-security-policy")) {
-    std::string csp = "default-src 'self'; script-src 'self' 'nonce-";
-    csp.append(csp_nonce);
-    csp.append("'; style-src 'self' 'nonce-");
-    csp.append(csp_nonce);
-    csp.append("'; object-src 'none'; base-uri 'self'; frame-ancestors 'self'");
+  if (http::wants_default_csp(!csp_nonce.empty(), r)) {
+    std::string csp;
+    http::append_default_csp(csp, csp_nonce);
     out.emplace_back("content-security-policy", std::move(csp));
   }
 }
