@@ -1,4 +1,5 @@
-"""Chromium loads a page over HTTP/3 from `corral serve --processes 2`.
+"""Chromium loads a page over HTTP/3 from `corral serve --processes 2`, and the page fetches a
+byte range of a file over the same connection (gtlsclient cannot send a Range header).
 
 Debian's chromium, headless, forced to QUIC for the origin and pinned to the dev certificate's key
 (--ignore-certificate-errors-spki-list). The page's script writes the navigation's protocol into the
@@ -33,11 +34,20 @@ def test_chromium_loads_page_over_h3(server_factory, tmp_path):
     root = tmp_path / "www"
     root.mkdir()
     (root / "probe.html").write_text(
-        '<!doctype html><html><body><p id="p">no script</p>'
+        '<!doctype html><html><body><p id="p">no script</p><p id="r">no range</p>'
         '<script src="/probe.js"></script></body></html>\n')
+    (root / "data.bin").write_bytes(bytes(range(256)) * 64)  # 16 KiB, byte i is i % 256
+    # The navigation's protocol, then a Range request over the same HTTP/3 connection: its
+    # status, Content-Range and the bytes it got, as hex.
     (root / "probe.js").write_text(
         'document.getElementById("p").textContent = "proto=" + '
-        'performance.getEntriesByType("navigation")[0].nextHopProtocol;\n')
+        'performance.getEntriesByType("navigation")[0].nextHopProtocol;\n'
+        'fetch("/data.bin", {headers: {Range: "bytes=300-303"}}).then(async (r) => {\n'
+        '  const b = new Uint8Array(await r.arrayBuffer());\n'
+        '  const hex = Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");\n'
+        '  document.getElementById("r").textContent = "range=" + r.status + " " +\n'
+        '      r.headers.get("content-range") + " " + hex;\n'
+        '});\n')
     state = tmp_path / "state"
     port = free_port()
     config = f"""
@@ -66,8 +76,11 @@ listen = "127.0.0.1:{port}"
     dom = p.stdout.decode(errors="replace")
     print(dom)
     assert "proto=h3" in dom, dom + "\n" + p.stderr.decode(errors="replace")[-2000:]
+    # 300..303 are bytes 44..47 (300 % 256 = 44 = 0x2c).
+    assert "range=206 bytes 300-303/16384 2c2d2e2f" in dom, dom
     assert "QUIC_SESSION" in netlog.read_text(errors="replace")
     # The page and its script were served over HTTP/3 by corral (access log lines, flushed within
     # 200 ms, say so).
     srv.wait_log(r"target=/probe\.js status=200 .*proto=h3")
     srv.wait_log(r"target=/probe\.html status=200 .*proto=h3")
+    srv.wait_log(r"target=/data\.bin status=206 .*proto=h3")
