@@ -35,6 +35,9 @@
 # Environment: CORRAL_BIN (use this binary, do not build), NGINX_BIN (default: nginx in PATH).
 # Needs: wrk, nginx, curl, python3 (scripts/deps.sh bench).
 set -euo pipefail
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+help_lines=2,36
 
 rounds=3
 duration=10
@@ -42,105 +45,34 @@ warmup=2
 threads=2
 conns=64
 cases="n1,c1,n2,c2,n2r,n2p,c2p"
-priority=none
-[[ $(id -u) -eq 0 ]] && priority=rt
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --rounds) rounds="$2"; shift 2 ;;
-    --duration) duration="$2"; shift 2 ;;
-    --warmup) warmup="$2"; shift 2 ;;
-    --threads) threads="$2"; shift 2 ;;
-    --connections) conns="$2"; shift 2 ;;
-    --cases) cases="$2"; shift 2 ;;
-    --priority) priority="$2"; shift 2 ;;
-    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
-    *) echo "fanout.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
-  esac
-done
+priority=$(rt_if_root)
+parse_flags "--rounds rounds --duration duration --warmup warmup --threads threads --connections conns
+  --cases cases --priority priority" "$@"
+set_prio "$priority"
 
-case "$priority" in
-  rt) prio=(chrt -f 50) ;;
-  nice) prio=(nice -n -19) ;;
-  none) prio=() ;;
-  *) echo "fanout.sh: --priority rt|nice|none" >&2; exit 2 ;;
-esac
-
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-nginx_bin="${NGINX_BIN:-$(command -v nginx || echo /usr/sbin/nginx)}"
-for tool in wrk curl python3 "$nginx_bin"; do
-  command -v "$tool" >/dev/null || { echo "fanout.sh: '$tool' not found (scripts/deps.sh bench)" >&2; exit 2; }
-done
-[[ $(nproc) -ge 2 ]] || { echo "fanout.sh: needs 2 CPUs" >&2; exit 2; }
-
-# --- build -------------------------------------------------------------------------------------
-if [[ -n "${CORRAL_BIN:-}" ]]; then
-  corral="$CORRAL_BIN"
-else
-  corral="$root/build/release/corral"
-  echo "fanout.sh: building release corral" >&2
-  (cd "$root" && { [[ -f build/release/CMakeCache.txt ]] || cmake --preset release >/dev/null; } &&
-    cmake --build --preset release --target corral >/dev/null)
-fi
-[[ -x "$corral" ]] || { echo "fanout.sh: no corral binary at $corral" >&2; exit 2; }
+find_nginx
+need_tools wrk curl python3 "$nginx_bin"
+need_cpus
+find_corral
 
 # --- fixtures ----------------------------------------------------------------------------------
-tmp="$(mktemp -d /tmp/corral-fanout.XXXXXX)"
-chmod 755 "$tmp"
-mkdir -p "$tmp/nginx-temp" "$tmp/state"
-server_pid=""
-stop_server() {
-  if [[ -n "$server_pid" ]]; then
-    kill "$server_pid" 2>/dev/null || true  # nginx master / corral supervisor stop their workers
-    wait "$server_pid" 2>/dev/null || true
-    server_pid=""
-  fi
-}
-cleanup() { stop_server; rm -rf "$tmp"; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+make_tmp corral-fanout
+mkdir -p "$tmp/state"
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-write_nginx_conf() {  # $1 port  $2 workers  $3 reuseport(0/1)  $4 affinity(0/1)
+nginx_conf() {  # $1 port  $2 workers  $3 reuseport(0/1)  $4 affinity(0/1)
   local listen_opts="" affinity=""
   [[ "$3" == 1 ]] && listen_opts=" reuseport"
   [[ "$4" == 1 ]] && affinity="worker_cpu_affinity auto;"
-  cat >"$tmp/nginx.conf" <<EOF
-worker_processes $2;
-$affinity
-daemon off;
-pid $tmp/nginx.pid;
-error_log $tmp/nginx-error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  tcp_nodelay on;
-  keepalive_requests 1000000;
-  keepalive_timeout 65;
-  client_body_temp_path $tmp/nginx-temp/body;
-  proxy_temp_path $tmp/nginx-temp/proxy;
-  fastcgi_temp_path $tmp/nginx-temp/fastcgi;
-  uwsgi_temp_path $tmp/nginx-temp/uwsgi;
-  scgi_temp_path $tmp/nginx-temp/scgi;
-  server {
-    listen 127.0.0.1:$1$listen_opts;
-    location = /hello {
-      default_type text/plain;
-      return 200 "hello";
-    }
-  }
-}
-EOF
+  write_nginx_conf "$1$listen_opts" "worker_processes $2;
+$affinity" "" ""
 }
 
 start_server() {  # $1 case  $2 port
   case "$1" in
-    n1) write_nginx_conf "$2" 1 0 0 ;;
-    n2) write_nginx_conf "$2" 2 0 0 ;;
-    n2r) write_nginx_conf "$2" 2 1 0 ;;
-    n2p) write_nginx_conf "$2" 2 1 1 ;;
+    n1) nginx_conf "$2" 1 0 0 ;;
+    n2) nginx_conf "$2" 2 0 0 ;;
+    n2r) nginx_conf "$2" 2 1 0 ;;
+    n2p) nginx_conf "$2" 2 1 1 ;;
   esac
   case "$1" in
     n*)
@@ -160,21 +92,7 @@ start_server() {  # $1 case  $2 port
     *) echo "fanout.sh: unknown case '$1'" >&2; return 1 ;;
   esac
   server_pid=$!
-  local url="http://127.0.0.1:$2/hello" got
-  for _ in $(seq 100); do
-    if got=$(curl -fsS "$url" 2>/dev/null | wc -c) && [[ "$got" -gt 0 ]]; then
-      [[ "$got" -eq 5 ]] && break
-      echo "fanout.sh: $1 answered $url with $got bytes" >&2
-      return 1
-    fi
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if [[ "${got:-0}" -ne 5 ]]; then
-    echo "fanout.sh: $1 did not answer $url; its output:" >&2
-    cat "$tmp/server.out" "$tmp/nginx-error.log" 2>/dev/null >&2 || true
-    return 1
-  fi
+  await_body "$1" "http://127.0.0.1:$2/hello" 5 || return 1
   # All workers up: nginx master + N workers, corral supervisor + N children.
   local want=0
   case "$1" in n2*|c2*) want=2 ;; esac
@@ -190,36 +108,19 @@ children() {  # direct child processes of $1
   cat /proc/"$1"/task/*/children 2>/dev/null || true
 }
 
-# Time on CPU of one process, all threads, in ns.
-pid_cpu_ns() {
-  cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%.0f", s }'  # %d is 32-bit in mawk
-}
-
 # "total child1 child2 ..." for the server's process tree (the root and its direct children).
 tree_cpu_ns() {
   local total kids=() k t
-  total=$(pid_cpu_ns "$1")
+  total=$(threads_cpu_ns "$1")
   # shellcheck disable=SC2207
   kids=($(children "$1"))
   local out=""
   for k in "${kids[@]}"; do
-    t=$(pid_cpu_ns "$k")
+    t=$(threads_cpu_ns "$k")
     total=$((total + t))
     out+=" $k:$t"
   done
   echo "$total$out"
-}
-
-# All CPUs busy jiffies: user + nice + system + irq + softirq.
-machine_busy() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
-hz=$(getconf CLK_TCK)
-
-to_us() {  # wrk latency "1.23ms" -> microseconds
-  awk -v v="$1" 'BEGIN {
-    n = v + 0; u = v; sub(/^[0-9.]+/, "", u);
-    if (u == "us") f = 1; else if (u == "ms") f = 1000; else if (u == "s") f = 1000000;
-    else if (u == "m") f = 60000000; else f = 1;
-    printf "%.0f", n * f }'
 }
 
 results="$tmp/results.txt"
@@ -235,22 +136,14 @@ measure() {  # $1 case  $2 port  $3 round
   rm -f "$tmp/wrk.time"
   local m0 m1 p0 p1 out load
   load=$(cut -d' ' -f1 /proc/loadavg)
-  m0=$(machine_busy)
+  m0=$(busy_jiffies)
   p0=$(tree_cpu_ns "$server_pid")
   out=$("${prio[@]}" "${timed[@]}" "${wrk_cmd[@]}" "-d${duration}s" "$url" 2>&1)
-  m1=$(machine_busy)
+  m1=$(busy_jiffies)
   p1=$(tree_cpu_ns "$server_pid")
   local reqs rps p99 errors non2xx
-  reqs=$(awk '/requests in/ { print $1 }' <<<"$out")
-  rps=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
-  p99=$(to_us "$(awk '$1 == "99%" { print $2 }' <<<"$out")")
-  errors=$(awk '/Socket errors:/ { gsub(",", ""); print $4 + $6 + $8 + $10 }' <<<"$out")
-  non2xx=$(awk '/Non-2xx/ { print $NF }' <<<"$out")
-  if [[ -z "$reqs" || "$reqs" -eq 0 ]]; then
-    echo "fanout.sh: wrk produced no requests for $1:" >&2
-    echo "$out" >&2
-    return 1
-  fi
+  wrk_fields "$out"
+  wrk_ran "$out" "for $1" || return 1
   # Server CPU and the per-worker split (children present at both samples).
   local stats
   stats=$(awk -v a="$p0" -v b="$p1" -v n="$reqs" 'BEGIN {
@@ -291,11 +184,8 @@ load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "fanout.sh: load average after: $load_end" >&2
 
 # --- report ------------------------------------------------------------------------------------
-date_utc=$(date -u +%Y-%m-%dT%H:%MZ)
-cpu_model=$(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)
 awk -v rounds="$rounds" -v dur="$duration" -v threads="$threads" -v conns="$conns" -v prio="$priority" \
-    -v date="$date_utc" -v cpumodel="$cpu_model" -v kernel="$(uname -r)" \
-    -v nginxv="$("$nginx_bin" -v 2>&1 | sed 's/.*nginx\///')" \
+    -v date="$(utc_minute)" -v cpumodel="$(cpu_model)" -v kernel="$(uname -r)" -v nginxv="$(nginx_version)" \
     -v load0="$load_start" -v load1="$load_end" '
   function name(c) {
     if (c == "n1") return "nginx `worker_processes 1`";

@@ -13,47 +13,30 @@
 # Environment: CORRAL_BIN (default: build/release/corral, built if missing).
 # Needs: gtlsclient, gtlsserver, openssl, python3, taskset (scripts/deps.sh bench).
 set -euo pipefail
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+help_lines=2,15
 
 handshakes=300
 concurrency=10
 size=100
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --handshakes) handshakes="$2"; shift 2 ;;
-    --concurrency) concurrency="$2"; shift 2 ;;
-    --size) size="$2"; shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
-    *) echo "h3.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
-  esac
-done
+parse_flags "--handshakes handshakes --concurrency concurrency --size size" "$@"
 
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 for tool in gtlsclient gtlsserver openssl python3 taskset; do
   command -v "$tool" >/dev/null || [[ -x /usr/sbin/$tool ]] ||
     { echo "h3.sh: '$tool' not found (scripts/deps.sh bench)" >&2; exit 2; }
 done
-corral="${CORRAL_BIN:-$root/build/release/corral}"
-if [[ -z "${CORRAL_BIN:-}" ]]; then
-  (cd "$root" && cmake --preset release >/dev/null && cmake --build --preset release --target corral >/dev/null)
-fi
+find_corral --quiet
 
-work="$(mktemp -d /tmp/corral-h3bench.XXXXXX)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+make_tmp corral-h3bench
 
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$work/key.pem" \
-  -out "$work/cert.pem" -days 2 -subj /CN=localhost \
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$tmp/key.pem" \
+  -out "$tmp/cert.pem" -days 2 -subj /CN=localhost \
   -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" 2>/dev/null
-mkdir -p "$work/www"
-head -c $((size << 20)) /dev/urandom >"$work/www/big.bin"
-printf 'hello' >"$work/www/hello"
+mkdir -p "$tmp/www"
+head -c $((size << 20)) /dev/urandom >"$tmp/www/big.bin"
+printf 'hello' >"$tmp/www/hello"
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 client() { taskset -c 1 /usr/bin/python3 "$root/bench/h3_bench.py" "$@"; }
 
 measure() {  # name port
@@ -73,24 +56,24 @@ measure() {  # name port
 
 # gtlsserver: KEY then CERT on its command line.
 port=$(free_port)
-taskset -c 0 gtlsserver -q -d "$work/www" 127.0.0.1 "$port" "$work/key.pem" "$work/cert.pem" \
-  >"$work/gtlsserver.log" 2>&1 &
-pids+=($!)
+taskset -c 0 gtlsserver -q -d "$tmp/www" 127.0.0.1 "$port" "$tmp/key.pem" "$tmp/cert.pem" \
+  >"$tmp/gtlsserver.log" 2>&1 &
+server_pid=$!
 measure gtlsserver "$port"
-kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
+stop_server
 
 port=$(free_port)
-cat >"$work/corral.toml" <<EOF
-state_dir = "$work/state"
+cat >"$tmp/corral.toml" <<EOF
+state_dir = "$tmp/state"
 access_log = false
 [tls]
 listen = "127.0.0.1:$port"
-cert = "$work/cert.pem"
-key = "$work/key.pem"
+cert = "$tmp/cert.pem"
+key = "$tmp/key.pem"
 EOF
-taskset -c 0 "$corral" serve "$work/www" --processes 1 --listen 127.0.0.1:0 --config "$work/corral.toml" \
-  >"$work/corral.log" 2>&1 &
-pids+=($!)
+taskset -c 0 "$corral" serve "$tmp/www" --processes 1 --listen 127.0.0.1:0 --config "$tmp/corral.toml" \
+  >"$tmp/corral.log" 2>&1 &
+server_pid=$!
 measure corral "$port"
 
 python3 - "$gtlsserver_hs" "$corral_hs" "$gtlsserver_dl" "$corral_dl" <<'EOF'

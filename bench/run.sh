@@ -26,123 +26,38 @@
 # Environment: CORRAL_BIN (use this binary, do not build), NGINX_BIN (default: nginx in PATH).
 # Needs: wrk, nginx, curl, python3, taskset (scripts/deps.sh bench).
 set -euo pipefail
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+help_lines=2,24
 
 duration=10
 warmup=2
 conns=50
 cases="a,b,c,d"
-priority=none
-[[ $(id -u) -eq 0 ]] && priority=rt
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --duration) duration="$2"; shift 2 ;;
-    --warmup) warmup="$2"; shift 2 ;;
-    --connections) conns="$2"; shift 2 ;;
-    --cases) cases="$2"; shift 2 ;;
-    --priority) priority="$2"; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
-    *) echo "run.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
-  esac
-done
+priority=$(rt_if_root)
+parse_flags "--duration duration --warmup warmup --connections conns --cases cases --priority priority" "$@"
+set_prio "$priority"
 
-case "$priority" in
-  rt) prio=(chrt -f 50) ;;
-  nice) prio=(nice -n -19) ;;
-  none) prio=() ;;
-  *) echo "run.sh: --priority rt|nice|none" >&2; exit 2 ;;
-esac
-
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-nginx_bin="${NGINX_BIN:-$(command -v nginx || echo /usr/sbin/nginx)}"
-for tool in wrk curl python3 taskset "$nginx_bin"; do
-  command -v "$tool" >/dev/null || { echo "run.sh: '$tool' not found (scripts/deps.sh bench)" >&2; exit 2; }
-done
-if [[ $(nproc) -lt 2 ]]; then
-  echo "run.sh: needs 2 CPUs (server on CPU 0, wrk on CPU 1)" >&2
-  exit 2
-fi
-
-# --- build -------------------------------------------------------------------------------------
-if [[ -n "${CORRAL_BIN:-}" ]]; then
-  corral="$CORRAL_BIN"
-else
-  corral="$root/build/release/corral"
-  echo "run.sh: building release corral" >&2
-  if ! (cd "$root" && { [[ -f build/release/CMakeCache.txt ]] || cmake --preset release >/dev/null; } &&
-        cmake --build --preset release --target corral >/dev/null); then
-    # GCC 12 reports a -Wrestrict false positive under -O3 in some std::string concatenations;
-    # with -Werror that stops the release preset. Benchmark a build that only differs by that.
-    echo "run.sh: release preset build failed; building build/bench-release with -Wno-error=restrict" >&2
-    (cd "$root" && cmake -S . -B build/bench-release -G Ninja -DCMAKE_BUILD_TYPE=Release \
-        -DCMAKE_CXX_FLAGS=-Wno-error=restrict -DCORRAL_TESTS=OFF >/dev/null &&
-      cmake --build build/bench-release -j2 --target corral >/dev/null)
-    corral="$root/build/bench-release/corral"
-  fi
-fi
-[[ -x "$corral" ]] || { echo "run.sh: no corral binary at $corral" >&2; exit 2; }
+find_nginx
+need_tools wrk curl python3 taskset "$nginx_bin"
+need_cpus "(server on CPU 0, wrk on CPU 1)"
+find_corral --fallback
 
 # --- fixtures ----------------------------------------------------------------------------------
-tmp="$(mktemp -d /tmp/corral-bench.XXXXXX)"
-chmod 755 "$tmp"  # nginx workers may run as another user
-server_pid=""
-cleanup() {
-  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
-    kill "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-mkdir -p "$tmp/www" "$tmp/nginx-temp"
+make_tmp corral-bench
+mkdir -p "$tmp/www"
 head -c 65536 /dev/urandom >"$tmp/www/64k.bin"
 printf 'hello' >"$tmp/www/hello.txt"
 chmod -R a+rX "$tmp/www"
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-write_nginx_conf() {  # $1 port
-  cat >"$tmp/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $tmp/nginx.pid;
-error_log $tmp/nginx-error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  sendfile on;
-  tcp_nodelay on;
-  keepalive_requests 1000000;
-  keepalive_timeout 65;
-  client_body_temp_path $tmp/nginx-temp/body;
-  proxy_temp_path $tmp/nginx-temp/proxy;
-  fastcgi_temp_path $tmp/nginx-temp/fastcgi;
-  uwsgi_temp_path $tmp/nginx-temp/uwsgi;
-  scgi_temp_path $tmp/nginx-temp/scgi;
-  types { text/plain txt; application/octet-stream bin; }
-  default_type application/octet-stream;
-  server {
-    listen 127.0.0.1:$1;
-    root $tmp/www;
-    location = /hello {
-      default_type text/plain;
-      return 200 "hello";
-    }
-    location / { }
-  }
-}
-EOF
-}
-
 # --- servers -----------------------------------------------------------------------------------
 start_server() {  # $1 nginx|corral  $2 hello|static  $3 port
-  local url
   case "$1" in
     nginx)
-      write_nginx_conf "$3"
+      write_nginx_conf "$3" "worker_processes 1;" "  sendfile on;
+  types { text/plain txt; application/octet-stream bin; }
+  default_type application/octet-stream;" "    root $tmp/www;
+    location / { }"
       "${prio[@]}" taskset -c 0 "$nginx_bin" -p "$tmp" -c "$tmp/nginx.conf" -e "$tmp/nginx-error.log" \
         >"$tmp/server.out" 2>&1 &
       ;;
@@ -157,61 +72,11 @@ start_server() {  # $1 nginx|corral  $2 hello|static  $3 port
       ;;
   esac
   server_pid=$!
-  [[ "$2" == static ]] && url="http://127.0.0.1:$3/64k.bin" || url="http://127.0.0.1:$3/hello"
-  for _ in $(seq 100); do
-    if curl -fsS -o /dev/null "$url" 2>/dev/null; then
-      # The body must be the one we measure, not an error page.
-      local got
-      got=$(curl -fsS "$url" | wc -c)
-      if [[ ("$2" == static && "$got" -eq 65536) || ("$2" == hello && "$got" -eq 5) ]]; then
-        return 0
-      fi
-      echo "run.sh: $1 answered $url with $got bytes" >&2
-      return 1
-    fi
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "run.sh: $1 did not answer $url; its output:" >&2
-  cat "$tmp/server.out" "$tmp/nginx-error.log" 2>/dev/null >&2 || true
-  return 1
-}
-
-stop_server() {
-  if [[ -n "$server_pid" ]]; then
-    kill "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-    server_pid=""
+  if [[ "$2" == static ]]; then
+    await_body "$1" "http://127.0.0.1:$3/64k.bin" 65536
+  else
+    await_body "$1" "http://127.0.0.1:$3/hello" 5
   fi
-}
-
-# CPU 0 busy jiffies: user + nice + system + irq + softirq.
-cpu0_busy() { awk '$1 == "cpu0" { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
-
-# Time on CPU of a process and its children (nginx's worker), in ns: the scheduler's
-# sum_exec_runtime (/proc/PID/schedstat), exact where utime+stime are sampled at 100 Hz ticks.
-proc_cpu_ns() {  # $1 pid
-  local total=0 pid t
-  local pids=("$1")
-  if [[ -r /proc/$1/task/$1/children ]]; then
-    # shellcheck disable=SC2207
-    pids+=($(cat "/proc/$1/task/$1/children"))
-  fi
-  for pid in "${pids[@]}"; do
-    t=$(awk '{ print $1 }' "/proc/$pid/schedstat" 2>/dev/null) || t=0
-    total=$((total + ${t:-0}))
-  done
-  echo "$total"
-}
-
-hz=$(getconf CLK_TCK)
-
-to_us() {  # wrk latency "1.23ms" -> microseconds
-  awk -v v="$1" 'BEGIN {
-    n = v + 0; u = v; sub(/^[0-9.]+/, "", u);
-    if (u == "us") f = 1; else if (u == "ms") f = 1000; else if (u == "s") f = 1000000;
-    else if (u == "m") f = 60000000; else f = 1;
-    printf "%.0f", n * f }'
 }
 
 results="$tmp/results.txt"
@@ -228,28 +93,20 @@ measure() {  # $1 case  $2 server  $3 port
   local wrk_cmd=("${prio[@]}" taskset -c 1 wrk -t1 "-c$conns" --latency "${extra[@]}")
   "${wrk_cmd[@]}" "-d${warmup}s" "$url" >/dev/null 2>&1 || true
   local c0 p0 c1 p1 out
-  c0=$(cpu0_busy)
+  c0=$(busy_jiffies cpu0)
   p0=$(proc_cpu_ns "$server_pid")
   out=$("${wrk_cmd[@]}" "-d${duration}s" "$url" 2>&1)
-  c1=$(cpu0_busy)
+  c1=$(busy_jiffies cpu0)
   p1=$(proc_cpu_ns "$server_pid")
   echo "$out" >"$tmp/wrk-$1-$2.txt"
   local reqs rps p99 errors non2xx
-  reqs=$(awk '/requests in/ { print $1 }' <<<"$out")
-  rps=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
-  p99=$(to_us "$(awk '$1 == "99%" { print $2 }' <<<"$out")")
+  wrk_fields "$out"
   if [[ "$p99" == 0 ]]; then
     # wrk 4.1 prints "99% 0.00us" for some pipelined runs (its percentile walk runs off the
     # histogram); the table says n/a rather than 0.
     echo "run.sh: case $1 on $2: wrk reported no usable p99" >&2
   fi
-  errors=$(awk '/Socket errors:/ { gsub(",", ""); print $4 + $6 + $8 + $10 }' <<<"$out")
-  non2xx=$(awk '/Non-2xx/ { print $NF }' <<<"$out")
-  if [[ -z "$reqs" || "$reqs" -eq 0 ]]; then
-    echo "run.sh: wrk produced no requests for case $1 on $2:" >&2
-    echo "$out" >&2
-    return 1
-  fi
+  wrk_ran "$out" "for case $1 on $2" || return 1
   local cpu_us proc_us
   cpu_us=$(awk -v d=$((c1 - c0)) -v hz="$hz" -v n="$reqs" 'BEGIN { printf "%.2f", d * 1e6 / hz / n }')
   proc_us=$(awk -v d=$((p1 - p0)) -v n="$reqs" 'BEGIN { printf "%.2f", d / 1e3 / n }')
@@ -259,7 +116,7 @@ measure() {  # $1 case  $2 server  $3 port
 }
 
 # Warn when CPU 0 is not quiet: other work there inflates "CPU/req" (not "proc CPU/req").
-c0=$(cpu0_busy); sleep 1; c1=$(cpu0_busy)
+c0=$(busy_jiffies cpu0); sleep 1; c1=$(busy_jiffies cpu0)
 idle_busy=$(awk -v d=$((c1 - c0)) -v hz="$hz" 'BEGIN { printf "%.0f", d * 100 / hz }')
 if [[ "$idle_busy" -gt 5 ]]; then
   echo "run.sh: warning: CPU 0 was ${idle_busy}% busy before the run; CPU/req will be inflated" >&2
@@ -278,10 +135,8 @@ for c in "${case_list[@]}"; do
 done
 
 # --- report ------------------------------------------------------------------------------------
-date_utc=$(date -u +%Y-%m-%dT%H:%MZ)
-cpu_model=$(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)
-awk -v dur="$duration" -v conns="$conns" -v prio="$priority" -v date="$date_utc" -v cpumodel="$cpu_model" \
-    -v kernel="$(uname -r)" -v nginxv="$("$nginx_bin" -v 2>&1 | sed 's/.*nginx\///')" '
+awk -v dur="$duration" -v conns="$conns" -v prio="$priority" -v date="$(utc_minute)" -v cpumodel="$(cpu_model)" \
+    -v kernel="$(uname -r)" -v nginxv="$(nginx_version)" '
   function name(c) {
     if (c == "a") return "(a) 5-byte, keep-alive";
     if (c == "b") return "(b) 64 KiB static file";

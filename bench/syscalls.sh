@@ -12,6 +12,8 @@
 #
 # Environment: CORRAL_BIN (use this binary, do not build).
 set -euo pipefail
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 requests=20000
 conns=4
@@ -28,77 +30,32 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-for tool in strace python3 curl; do
-  command -v "$tool" >/dev/null || { echo "syscalls.sh: '$tool' not found" >&2; exit 2; }
-done
-
+need_tools --no-hint strace python3 curl
 if [[ "$server" == nginx ]]; then
   corral=""
-elif [[ -n "${CORRAL_BIN:-}" ]]; then
-  corral="$CORRAL_BIN"
+  nginx_bin=nginx
 else
-  corral="$root/build/release/corral"
-  if ! (cd "$root" && { [[ -f build/release/CMakeCache.txt ]] || cmake --preset release >/dev/null; } &&
-        cmake --build --preset release --target corral >/dev/null); then
-    # See bench/run.sh: GCC 12's -Wrestrict false positive under -O3 and -Werror.
-    echo "syscalls.sh: release preset build failed; using build/bench-release (-Wno-error=restrict)" >&2
-    (cd "$root" && cmake -S . -B build/bench-release -G Ninja -DCMAKE_BUILD_TYPE=Release \
-        -DCMAKE_CXX_FLAGS=-Wno-error=restrict -DCORRAL_TESTS=OFF >/dev/null &&
-      cmake --build build/bench-release -j2 --target corral >/dev/null)
-    corral="$root/build/bench-release/corral"
-  fi
+  find_corral --quiet --fallback
 fi
 
-tmp="$(mktemp -d /tmp/corral-syscalls.XXXXXX)"
-server_pid=""
+make_tmp corral-syscalls
 strace_pid=""
-cleanup() {
-  for p in "$strace_pid" "$server_pid"; do
-    if [[ -n "$p" ]] && kill -0 "$p" 2>/dev/null; then
-      kill "$p" 2>/dev/null || true
-      wait "$p" 2>/dev/null || true
-    fi
-  done
+cleanup() {  # replaces lib.sh's: the tracer first, then the server
+  stop_pid "$strace_pid"
+  stop_server
   rm -rf "$tmp"
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(free_port)
 if [[ "$server" == nginx ]]; then
-  chmod 755 "$tmp"
-  cat >"$tmp/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $tmp/nginx.pid;
-error_log $tmp/nginx-error.log warn;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  tcp_nodelay on;
-  keepalive_requests 1000000;
-  client_body_temp_path $tmp/body;
-  proxy_temp_path $tmp/proxy;
-  fastcgi_temp_path $tmp/fastcgi;
-  uwsgi_temp_path $tmp/uwsgi;
-  scgi_temp_path $tmp/scgi;
-  server {
-    listen 127.0.0.1:$port;
-    location = /hello { default_type text/plain; return 200 "hello"; }
-  }
-}
-EOF
-  nginx -p "$tmp" -c "$tmp/nginx.conf" -e "$tmp/nginx-error.log" >"$tmp/server.out" 2>&1 &
+  write_nginx_conf "$port" "worker_processes 1;" "" ""
+  "$nginx_bin" -p "$tmp" -c "$tmp/nginx.conf" -e "$tmp/nginx-error.log" >"$tmp/server.out" 2>&1 &
 else
   "$corral" serve --listen "127.0.0.1:$port" --no-access-log --log-level warn >"$tmp/server.out" 2>&1 &
 fi
 server_pid=$!
-for _ in $(seq 100); do
-  curl -fsS -o /dev/null "http://127.0.0.1:$port/hello" 2>/dev/null && break
-  kill -0 "$server_pid" 2>/dev/null || { cat "$tmp/server.out" >&2; exit 1; }
-  sleep 0.1
-done
+poll_while_alive "$server_pid" curl -fsS -o /dev/null "http://127.0.0.1:$port/hello" 2>/dev/null ||
+  { cat "$tmp/server.out" >&2; exit 1; }
 
 traced_pid="$server_pid"
 if [[ "$server" == nginx ]]; then  # the worker serves; the master only waits

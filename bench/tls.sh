@@ -19,62 +19,25 @@
 # Environment: CORRAL_BIN (use this binary, do not build), NGINX_BIN (default: nginx in PATH).
 # Needs: wrk, nginx (with the ssl module: nginx-light has it), curl, python3, taskset.
 set -euo pipefail
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+help_lines=2,20
 
 duration=10
 warmup=2
 conns=50
 cases="a,b"
-priority=none
-[[ $(id -u) -eq 0 ]] && priority=rt
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --duration) duration="$2"; shift 2 ;;
-    --warmup) warmup="$2"; shift 2 ;;
-    --connections) conns="$2"; shift 2 ;;
-    --cases) cases="$2"; shift 2 ;;
-    --priority) priority="$2"; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
-    *) echo "tls.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
-  esac
-done
-case "$priority" in
-  rt) prio=(chrt -f 50) ;;
-  nice) prio=(nice -n -19) ;;
-  none) prio=() ;;
-  *) echo "tls.sh: --priority rt|nice|none" >&2; exit 2 ;;
-esac
+priority=$(rt_if_root)
+parse_flags "--duration duration --warmup warmup --connections conns --cases cases --priority priority" "$@"
+set_prio "$priority"
 
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-nginx_bin="${NGINX_BIN:-$(command -v nginx || echo /usr/sbin/nginx)}"
-for tool in wrk curl python3 taskset "$nginx_bin"; do
-  command -v "$tool" >/dev/null || { echo "tls.sh: '$tool' not found (scripts/deps.sh bench)" >&2; exit 2; }
-done
-[[ $(nproc) -ge 2 ]] || { echo "tls.sh: needs 2 CPUs (server on CPU 0, wrk on CPU 1)" >&2; exit 2; }
+find_nginx
+need_tools wrk curl python3 taskset "$nginx_bin"
+need_cpus "(server on CPU 0, wrk on CPU 1)"
+find_corral
 
-if [[ -n "${CORRAL_BIN:-}" ]]; then
-  corral="$CORRAL_BIN"
-else
-  corral="$root/build/release/corral"
-  echo "tls.sh: building release corral" >&2
-  (cd "$root" && { [[ -f build/release/CMakeCache.txt ]] || cmake --preset release >/dev/null; } &&
-    cmake --build --preset release --target corral >/dev/null)
-fi
-[[ -x "$corral" ]] || { echo "tls.sh: no corral binary at $corral" >&2; exit 2; }
-
-tmp="$(mktemp -d /tmp/corral-tls-bench.XXXXXX)"
-chmod 755 "$tmp"
-server_pid=""
-cleanup() {
-  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
-    kill "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-mkdir -p "$tmp/www" "$tmp/nginx-temp" "$tmp/state"
+make_tmp corral-tls-bench
+mkdir -p "$tmp/www" "$tmp/state"
 head -c 65536 /dev/urandom >"$tmp/www/64k.bin"
 printf 'hello' >"$tmp/www/hello"
 chmod -R a+rX "$tmp/www"
@@ -83,50 +46,16 @@ chmod 644 "$tmp/cert/dev-key.pem"  # nginx reads it as root before dropping priv
 cert="$tmp/cert/dev-cert.pem"
 key="$tmp/cert/dev-key.pem"
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-write_nginx_conf() {  # $1 port
-  cat >"$tmp/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $tmp/nginx.pid;
-error_log $tmp/nginx-error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  tcp_nodelay on;
-  keepalive_requests 1000000;
-  keepalive_timeout 65;
-  client_body_temp_path $tmp/nginx-temp/body;
-  proxy_temp_path $tmp/nginx-temp/proxy;
-  fastcgi_temp_path $tmp/nginx-temp/fastcgi;
-  uwsgi_temp_path $tmp/nginx-temp/uwsgi;
-  scgi_temp_path $tmp/nginx-temp/scgi;
-  types { application/octet-stream bin; }
+start_server() {  # $1 nginx|corral  $2 port  $3 hello|static
+  case "$1" in
+    nginx)
+      write_nginx_conf "$2 ssl" "worker_processes 1;" "  types { application/octet-stream bin; }
   default_type application/octet-stream;
   ssl_certificate $cert;
   ssl_certificate_key $key;
   ssl_protocols TLSv1.2 TLSv1.3;
-  ssl_session_tickets on;
-  server {
-    listen 127.0.0.1:$1 ssl;
-    root $tmp/www;
-    location = /hello {
-      default_type text/plain;
-      return 200 "hello";
-    }
-    location / { }
-  }
-}
-EOF
-}
-
-start_server() {  # $1 nginx|corral  $2 port  $3 hello|static
-  case "$1" in
-    nginx)
-      write_nginx_conf "$2"
+  ssl_session_tickets on;" "    root $tmp/www;
+    location / { }"
       "${prio[@]}" taskset -c 0 "$nginx_bin" -p "$tmp" -c "$tmp/nginx.conf" -e "$tmp/nginx-error.log" \
         >"$tmp/server.out" 2>&1 &
       ;;
@@ -141,40 +70,11 @@ start_server() {  # $1 nginx|corral  $2 port  $3 hello|static
       ;;
   esac
   server_pid=$!
-  local url="https://localhost:$2/hello" got
-  [[ "$3" == static ]] && url="https://localhost:$2/64k.bin"
-  for _ in $(seq 100); do
-    if got=$(curl -fsS --cacert "$cert" "$url" 2>/dev/null | wc -c); then
-      [[ ("$3" == static && "$got" -eq 65536) || ("$3" == hello && "$got" -eq 5) ]] && return 0
-      echo "tls.sh: $1 answered $url with '$got'" >&2
-      return 1
-    fi
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "tls.sh: $1 did not answer $url; its output:" >&2
-  cat "$tmp/server.out" "$tmp/nginx-error.log" 2>/dev/null >&2 || true
-  return 1
-}
-
-stop_server() {
-  if [[ -n "$server_pid" ]]; then
-    kill "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-    server_pid=""
+  if [[ "$3" == static ]]; then
+    await_body "$1" "https://localhost:$2/64k.bin" 65536 --cacert "$cert"
+  else
+    await_body "$1" "https://localhost:$2/hello" 5 --cacert "$cert"
   fi
-}
-
-proc_cpu_ns() {  # $1 pid: its time on CPU and its children's, ns
-  local total=0 pid t
-  local pids=("$1")
-  # shellcheck disable=SC2207
-  [[ -r /proc/$1/task/$1/children ]] && pids+=($(cat "/proc/$1/task/$1/children"))
-  for pid in "${pids[@]}"; do
-    t=$(awk '{ print $1 }' "/proc/$pid/schedstat" 2>/dev/null) || t=0
-    total=$((total + ${t:-0}))
-  done
-  echo "$total"
 }
 
 results="$tmp/results.txt"
@@ -185,20 +85,14 @@ measure() {  # $1 case  $2 server  $3 port
   local url="https://localhost:$3$path"
   local wrk_cmd=("${prio[@]}" taskset -c 1 wrk -t1 "-c$conns" --latency)
   "${wrk_cmd[@]}" "-d${warmup}s" "$url" >/dev/null 2>&1 || true
-  local p0 p1 out reqs rps p99 errors
+  local p0 p1 out reqs rps p99 errors non2xx
   p0=$(proc_cpu_ns "$server_pid")
   out=$("${wrk_cmd[@]}" "-d${duration}s" "$url" 2>&1)
   p1=$(proc_cpu_ns "$server_pid")
-  reqs=$(awk '/requests in/ { print $1 }' <<<"$out")
-  rps=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
-  p99=$(awk '$1 == "99%" { print $2 }' <<<"$out")
-  errors=$(awk '/Socket errors:/ { gsub(",", ""); s += $4 + $6 + $8 + $10 } /Non-2xx/ { s += $NF }
-                END { print s + 0 }' <<<"$out")
-  if [[ -z "$reqs" || "$reqs" -eq 0 ]]; then
-    echo "tls.sh: wrk produced no requests for case $1 on $2:" >&2
-    echo "$out" >&2
-    return 1
-  fi
+  wrk_fields "$out"
+  p99=$(awk '$1 == "99%" { print $2 }' <<<"$out")  # as wrk prints it: "1.23ms"
+  errors=$((${errors:-0} + ${non2xx:-0}))
+  wrk_ran "$out" "for case $1 on $2" || return 1
   local proc_us
   proc_us=$(awk -v d=$((p1 - p0)) -v n="$reqs" 'BEGIN { printf "%.2f", d / 1e3 / n }')
   echo "$1 $2 $rps $p99 $proc_us ${errors:-0}" >>"$results"
@@ -218,9 +112,8 @@ for c in "${case_list[@]}"; do
   done
 done
 
-awk -v dur="$duration" -v conns="$conns" -v prio="$priority" -v date="$(date -u +%Y-%m-%dT%H:%MZ)" \
-    -v cpumodel="$(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)" \
-    -v nginxv="$("$nginx_bin" -v 2>&1 | sed 's/.*nginx\///')" '
+awk -v dur="$duration" -v conns="$conns" -v prio="$priority" -v date="$(utc_minute)" \
+    -v cpumodel="$(cpu_model)" -v nginxv="$(nginx_version)" '
   function name(c) {
     if (c == "a") return "(a) 5-byte, HTTPS keep-alive";
     if (c == "b") return "(b) 64 KiB file, HTTPS keep-alive";

@@ -34,6 +34,9 @@
 # interpreter for worker.py; default /usr/bin/python3).
 # Needs: wrk, curl, python3, cc, chrt (scripts/deps.sh bench).
 set -euo pipefail
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+help_lines=2,35
 
 count=200
 concurrency=8
@@ -45,37 +48,13 @@ repeat=2
 idle_workers=50
 kinds="cpp,python"
 parts="first,proxy,memory"
-priority=none
-[[ $(id -u) -eq 0 ]] && priority=rt
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --count) count="$2"; shift 2 ;;
-    --concurrency) concurrency="$2"; shift 2 ;;
-    --duration) duration="$2"; shift 2 ;;
-    --warmup) warmup="$2"; shift 2 ;;
-    --connections) conns="$2"; shift 2 ;;
-    --threads) threads="$2"; shift 2 ;;
-    --repeat) repeat="$2"; shift 2 ;;
-    --idle-workers) idle_workers="$2"; shift 2 ;;
-    --kinds) kinds="$2"; shift 2 ;;
-    --parts) parts="$2"; shift 2 ;;
-    --priority) priority="$2"; shift 2 ;;
-    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
-    *) echo "workers.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
-  esac
-done
+priority=$(rt_if_root)
+parse_flags "--count count --concurrency concurrency --duration duration --warmup warmup
+  --connections conns --threads threads --repeat repeat --idle-workers idle_workers --kinds kinds
+  --parts parts --priority priority" "$@"
+set_prio "$priority"
 
-case "$priority" in
-  rt) prio=(chrt -f 50) ;;
-  nice) prio=(nice -n -19) ;;
-  none) prio=() ;;
-  *) echo "workers.sh: --priority rt|nice|none" >&2; exit 2 ;;
-esac
-
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-for tool in wrk curl python3 cc; do
-  command -v "$tool" >/dev/null || { echo "workers.sh: '$tool' not found (scripts/deps.sh bench)" >&2; exit 2; }
-done
+need_tools wrk curl python3 cc
 python_bin="${PYTHON_BIN:-/usr/bin/python3}"
 [[ -x "$python_bin" ]] || python_bin="$(python3 -c 'import sys; print(sys.executable)')"
 
@@ -87,8 +66,7 @@ else
   corral="$root/build/release/corral"
   worker_cpp="$root/build/release/examples/worker_cpp/example_worker"
   echo "workers.sh: building release corral and example_worker" >&2
-  (cd "$root" && { [[ -f build/release/CMakeCache.txt ]] || cmake --preset release >/dev/null; } &&
-    cmake --build --preset release --target corral example_worker >/dev/null)
+  release_build corral example_worker
 fi
 worker_py="$root/examples/worker_python/worker.py"
 for f in "$corral" "$worker_cpp"; do
@@ -96,7 +74,7 @@ for f in "$corral" "$worker_cpp"; do
 done
 
 # --- fixtures ----------------------------------------------------------------------------------
-tmp="$(mktemp -d /tmp/corral-workers-bench.XXXXXX)"
+make_tmp corral-workers-bench
 corral_pid=""
 seen_workers=()  # every worker pid seen, killed at exit if one outlived its supervisor
 stop_corral() {
@@ -111,7 +89,7 @@ stop_corral() {
   fi
   corral_pid=""
 }
-cleanup() {
+cleanup() {  # replaces lib.sh's: corral and any worker left over, then $tmp
   stop_corral
   local p
   for p in "${seen_workers[@]}"; do
@@ -119,14 +97,8 @@ cleanup() {
   done
   rm -rf "$tmp"
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
 cc -O2 -o "$tmp/uds_load" "$root/bench/workers_uds_load.c"
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
 
 run_n=0
 state=""
@@ -153,17 +125,13 @@ idle = "1h"
 EOF
   "${prio[@]}" "$corral" serve --config "$tmp/corral-$run_n.toml" >"$tmp/corral-$run_n.out" 2>&1 &
   corral_pid=$!
-  for _ in $(seq 100); do
-    if [[ "$(curl -fsS "http://127.0.0.1:$port/hello" 2>/dev/null)" == hello ]]; then
-      return 0
-    fi
-    kill -0 "$corral_pid" 2>/dev/null || break
-    sleep 0.1
-  done
+  poll_while_alive "$corral_pid" answers_hello && return 0
   echo "workers.sh: corral did not answer /hello; its output:" >&2
   cat "$tmp/corral-$run_n.out" >&2
   return 1
 }
+
+answers_hello() { [[ "$(curl -fsS "http://127.0.0.1:$port/hello" 2>/dev/null)" == hello ]]; }
 
 # The body of a worker's GET / is its count: "0\n" for a new address.
 expect_counter() {  # $1 path
@@ -199,17 +167,6 @@ cpu_ns() {  # time on CPU of the given pids, ns: utime + stime from /proc/PID/st
   for pid in "$@"; do
     sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null || true
   done | awk -v hz="$(getconf CLK_TCK)" '{ t += $12 + $13 } END { printf "%.0f", t * 1e9 / hz }'
-}
-
-busy_jiffies() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
-hz=$(getconf CLK_TCK)
-
-to_us() {  # wrk latency "1.23ms" -> microseconds
-  awk -v v="$1" 'BEGIN {
-    n = v + 0; u = v; sub(/^[0-9.]+/, "", u);
-    if (u == "us") f = 1; else if (u == "ms") f = 1000; else if (u == "s") f = 1000000;
-    else if (u == "m") f = 60000000; else f = 1;
-    printf "%.0f", n * f }'
 }
 
 results="$tmp/results.txt"
@@ -250,17 +207,9 @@ wrk_run() {  # $1 label  $2 path  -> one "proxy" line in results
   out=$("${wrk_cmd[@]}" "-d${duration}s" "$url" 2>&1)
   s1=$(cpu_ns "$srv"); v1=$(cpu_ns "$corral_pid"); w1=$(cpu_ns "$wpid"); b1=$(busy_jiffies)
   local reqs rps p50 p99 errors non2xx
-  reqs=$(awk '/requests in/ { print $1 }' <<<"$out")
-  rps=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
+  wrk_fields "$out"
   p50=$(to_us "$(awk '$1 == "50%" { print $2 }' <<<"$out")")
-  p99=$(to_us "$(awk '$1 == "99%" { print $2 }' <<<"$out")")
-  errors=$(awk '/Socket errors:/ { gsub(",", ""); print $4 + $6 + $8 + $10 }' <<<"$out")
-  non2xx=$(awk '/Non-2xx/ { print $NF }' <<<"$out")
-  if [[ -z "$reqs" || "$reqs" -eq 0 ]]; then
-    echo "workers.sh: wrk produced no requests on $2:" >&2
-    echo "$out" >&2
-    return 1
-  fi
+  wrk_ran "$out" "on $2" || return 1
   awk -v k="$kind" -v l="$1" -v rps="$rps" -v p50="$p50" -v p99="$p99" -v n="$reqs" \
       -v s=$((s1 - s0)) -v v=$((v1 - v0)) -v w=$((w1 - w0)) -v b=$((b1 - b0)) -v hz="$hz" \
       -v e="${errors:-0}" -v x="${non2xx:-0}" 'BEGIN {
@@ -340,12 +289,10 @@ fi
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # --- report ------------------------------------------------------------------------------------
-date_utc=$(date -u +%Y-%m-%dT%H:%MZ)
-cpu_model=$(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)
 echo
 printf '<!-- bench/workers.sh --count %s --concurrency %s --duration %s --repeat %s --idle-workers %s --priority %s, %s, %s x%s, Linux %s, load average before %s after %s -->\n' \
-  "$count" "$concurrency" "$duration" "$repeat" "$idle_workers" "$priority" "$date_utc" \
-  "$cpu_model" "$(nproc)" "$(uname -r)" "$load_before" "$load_after"
+  "$count" "$concurrency" "$duration" "$repeat" "$idle_workers" "$priority" "$(utc_minute)" \
+  "$(cpu_model)" "$(nproc)" "$(uname -r)" "$load_before" "$load_after"
 awk -v conns="$conns" -v threads="$threads" '
   $1 == "first" { first[++nf] = $0 }
   $1 == "proxy" { proxy[++np] = $0 }

@@ -19,6 +19,9 @@
 # Environment: CORRAL_BIN (use this binary, do not build), NODE (default: node in PATH).
 # Needs: node, npm (tests/node's `ws`), taskset, 2 CPUs.
 set -euo pipefail
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+help_lines=2,20
 
 duration=10
 warmup=2
@@ -26,65 +29,22 @@ clients=50
 window=8
 sizes="64,65536"
 priority=none
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --duration) duration="$2"; shift 2 ;;
-    --warmup) warmup="$2"; shift 2 ;;
-    --clients) clients="$2"; shift 2 ;;
-    --window) window="$2"; shift 2 ;;
-    --sizes) sizes="$2"; shift 2 ;;
-    --priority) priority="$2"; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
-    *) echo "ws_bench.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
-  esac
-done
-case "$priority" in
-  rt) prio=(chrt -f 50) ;;
-  nice) prio=(nice -n -19) ;;
-  none) prio=() ;;
-  *) echo "ws_bench.sh: --priority rt|nice|none" >&2; exit 2 ;;
-esac
+parse_flags "--duration duration --warmup warmup --clients clients --window window --sizes sizes
+  --priority priority" "$@"
+set_prio "$priority"
 
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 node_bin="${NODE:-$(command -v node || true)}"
-for tool in "$node_bin" taskset python3; do
-  command -v "$tool" >/dev/null || { echo "ws_bench.sh: '$tool' not found" >&2; exit 2; }
-done
-if [[ $(nproc) -lt 2 ]]; then
-  echo "ws_bench.sh: needs 2 CPUs (server on CPU 0, clients on CPU 1)" >&2
-  exit 2
-fi
+need_tools --no-hint "$node_bin" taskset python3
+need_cpus "(server on CPU 0, clients on CPU 1)"
 if [[ ! -d "$root/tests/node/node_modules/ws" ]]; then
   echo "ws_bench.sh: installing tests/node (npm ci) for the ws package" >&2
   (cd "$root/tests/node" && npm ci --silent --no-audit --no-fund >/dev/null)
 fi
 
 # --- build -------------------------------------------------------------------------------------
-if [[ -n "${CORRAL_BIN:-}" ]]; then
-  corral="$CORRAL_BIN"
-else
-  corral="$root/build/release/corral"
-  echo "ws_bench.sh: building release corral" >&2
-  (cd "$root" && { [[ -f build/release/CMakeCache.txt ]] || cmake --preset release >/dev/null; } &&
-    cmake --build --preset release --target corral >/dev/null)
-fi
-[[ -x "$corral" ]] || { echo "ws_bench.sh: no corral binary at $corral" >&2; exit 2; }
+find_corral
 
-tmp="$(mktemp -d /tmp/corral-ws-bench.XXXXXX)"
-server_pid=""
-cleanup() {
-  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
-    kill "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
+make_tmp corral-ws-bench
 
 start_server() {  # $1 corral|node  $2 port
   case "$1" in
@@ -98,30 +58,12 @@ start_server() {  # $1 corral|node  $2 port
       ;;
   esac
   server_pid=$!
-  for _ in $(seq 100); do
-    if "$node_bin" "$root/bench/ws_bench.mjs" --url "ws://127.0.0.1:$2/ws/echo" --probe 2>/dev/null; then
-      return 0
-    fi
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "ws_bench.sh: $1 did not echo on ws://127.0.0.1:$2/ws/echo; its output:" >&2
+  local url="ws://127.0.0.1:$2/ws/echo"
+  poll_while_alive "$server_pid" "$node_bin" "$root/bench/ws_bench.mjs" --url "$url" --probe 2>/dev/null &&
+    return 0
+  echo "ws_bench.sh: $1 did not echo on $url; its output:" >&2
   cat "$tmp/server.out" >&2 || true
   return 1
-}
-
-stop_server() {
-  if [[ -n "$server_pid" ]]; then
-    kill "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-    server_pid=""
-  fi
-}
-
-# The server's time on CPU in ns, threads included (Node has helper threads): the scheduler's
-# sum_exec_runtime, /proc/PID/task/*/schedstat.
-proc_cpu_ns() {  # $1 pid
-  cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ t += $1 } END { printf "%.0f", t }'
 }
 
 results="$tmp/results.txt"
@@ -132,9 +74,9 @@ measure() {  # $1 server  $2 port  $3 size
               --url "ws://127.0.0.1:$2/ws/echo" --clients "$clients" --window "$window" --size "$3")
   "${load[@]}" --warmup 0 --duration "$warmup" >/dev/null
   local p0 p1 out
-  p0=$(proc_cpu_ns "$server_pid")
+  p0=$(threads_cpu_ns "$server_pid")
   out=$("${load[@]}" --warmup 1 --duration "$duration")
-  p1=$(proc_cpu_ns "$server_pid")
+  p1=$(threads_cpu_ns "$server_pid")
   # msg/s is over the measured interval; the server's CPU time covers the whole client run
   # (its 1 s warm-up included), so CPU/message divides by every echo of that run.
   local rate messages cpu_us
@@ -157,11 +99,9 @@ for size in "${size_list[@]}"; do
 done
 
 # --- report ------------------------------------------------------------------------------------
-date_utc=$(date -u +%Y-%m-%dT%H:%MZ)
-cpu_model=$(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)
 ws_version=$("$node_bin" -p "require('$root/tests/node/node_modules/ws/package.json').version")
 awk -v dur="$duration" -v clients="$clients" -v window="$window" -v prio="$priority" \
-    -v date="$date_utc" -v cpumodel="$cpu_model" -v kernel="$(uname -r)" \
+    -v date="$(utc_minute)" -v cpumodel="$(cpu_model)" -v kernel="$(uname -r)" \
     -v nodev="$("$node_bin" --version)" -v wsv="$ws_version" '
   function name(s) { return s >= 1024 ? sprintf("%d KiB", s / 1024) : sprintf("%d B", s) }
   function ratio(x, y) { return (x > 0 && y > 0) ? sprintf("%.2f", x / y) : "-" }
