@@ -117,10 +117,15 @@ find_corral() {  # [--quiet] [--fallback]
 
 # Sets tmp to a new directory /tmp/NAME.XXXXXX, removed at exit by cleanup (which stops
 # $server_pid first; a script with more to stop defines its own cleanup after sourcing this).
+# Also writes $tmp/plain.toml, an empty config: `corral serve --config "$tmp/plain.toml"` is one
+# server process with the embedded site. Without any config, corral serve adds the notes demo (when
+# its worker program is built next to corral), and workers put the server under a supervisor: the
+# pid the scripts measure would be the idle supervisor, not the process serving.
 make_tmp() {  # $1 NAME
   tmp="$(mktemp -d "/tmp/$1.XXXXXX")"
   trap cleanup EXIT
   trap 'exit 130' INT TERM
+  : >"$tmp/plain.toml"
 }
 
 cleanup() {

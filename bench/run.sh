@@ -63,10 +63,10 @@ start_server() {  # $1 nginx|corral  $2 hello|static  $3 port
       ;;
     corral)
       if [[ "$2" == static ]]; then
-        "${prio[@]}" taskset -c 0 "$corral" serve "$tmp/www" --listen "127.0.0.1:$3" --no-access-log \
+        "${prio[@]}" taskset -c 0 "$corral" serve "$tmp/www" --config "$tmp/plain.toml" --listen "127.0.0.1:$3" --no-access-log \
           --log-level warn >"$tmp/server.out" 2>&1 &
       else
-        "${prio[@]}" taskset -c 0 "$corral" serve --listen "127.0.0.1:$3" --no-access-log \
+        "${prio[@]}" taskset -c 0 "$corral" serve --config "$tmp/plain.toml" --listen "127.0.0.1:$3" --no-access-log \
           --log-level warn >"$tmp/server.out" 2>&1 &
       fi
       ;;

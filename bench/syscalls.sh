@@ -51,7 +51,8 @@ if [[ "$server" == nginx ]]; then
   write_nginx_conf "$port" "worker_processes 1;" "" ""
   "$nginx_bin" -p "$tmp" -c "$tmp/nginx.conf" -e "$tmp/nginx-error.log" >"$tmp/server.out" 2>&1 &
 else
-  "$corral" serve --listen "127.0.0.1:$port" --no-access-log --log-level warn >"$tmp/server.out" 2>&1 &
+  "$corral" serve --config "$tmp/plain.toml" --listen "127.0.0.1:$port" --no-access-log \
+    --log-level warn >"$tmp/server.out" 2>&1 &
 fi
 server_pid=$!
 poll_while_alive "$server_pid" curl -fsS -o /dev/null "http://127.0.0.1:$port/hello" 2>/dev/null ||

@@ -4,7 +4,7 @@
 #   bench/ws_bench.sh [--duration S] [--warmup S] [--clients N] [--window W] [--sizes 64,65536]
 #                     [--priority rt|nice|none]
 #
-# Servers: (a) corral release, `corral serve --listen 127.0.0.1:PORT --no-access-log` (its embedded
+# Servers: (a) corral release, `corral serve --config EMPTY --listen 127.0.0.1:PORT --no-access-log` (its embedded
 # site's /ws/echo); (b) bench/ws_echo_server.mjs (Node's `ws`, same route, no permessage-deflate).
 # Each is pinned to CPU 0 (taskset -c 0), one at a time; the load is bench/ws_bench.mjs on CPU 1:
 # N clients in one Node process, each keeping W messages in flight (an echo answered with the
@@ -49,7 +49,7 @@ make_tmp corral-ws-bench
 start_server() {  # $1 corral|node  $2 port
   case "$1" in
     corral)
-      "${prio[@]}" taskset -c 0 "$corral" serve --listen "127.0.0.1:$2" --no-access-log \
+      "${prio[@]}" taskset -c 0 "$corral" serve --config "$tmp/plain.toml" --listen "127.0.0.1:$2" --no-access-log \
         --log-level warn >"$tmp/server.out" 2>&1 &
       ;;
     node)
