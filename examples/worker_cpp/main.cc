@@ -5,6 +5,7 @@
 //   POST /inc       adds one, returns the new count
 //   GET  /start     the start data the manager sent
 //   GET  /busy?ms=N holds the worker busy (not idle) for N ms, as background work would
+//   GET  /slow?ms=N answers after N ms (a request in flight: not idle meanwhile)
 //   GET  /crash     aborts (a crash: the address becomes failed)
 //   GET  /fatal     reports a fatal error whose text holds a secret; only the redacted form crosses
 //
@@ -19,9 +20,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "http/percent.h"
 #include "worker/worker.h"
@@ -30,11 +34,49 @@ namespace {
 
 using namespace corral;
 
+class SlowAnswer;
+
 struct Counter {
   int64_t count = 0;
   std::string path;
   std::multiset<uint64_t> busy_until;  // deadlines of /busy holds
   core::Timer busy_timer;
+  std::multimap<uint64_t, SlowAnswer*> slow;  // /slow answers waiting for their deadline
+  core::Timer slow_timer;                     // armed for the earliest of them
+};
+
+// GET /slow: the answer comes from the Counter's timer at its deadline; until then the request
+// is in flight. The Counter (which outlives every request) owns the timer, so an answer that the
+// server destroys while answering never destroys a running timer.
+class SlowAnswer final : public http::DeferredProducer {
+ public:
+  SlowAnswer(Counter& c, uint64_t deadline, uint64_t ms) : c_(c), deadline_(deadline), ms_(ms) {}
+  ~SlowAnswer() override { drop(); }
+  void start(http::Responder& responder) override {
+    responder_ = &responder;
+    at_ = c_.slow.emplace(deadline_, this);
+    registered_ = true;
+    c_.slow_timer.arm_at(c_.slow.begin()->first);
+  }
+  void on_abort() override { drop(); }
+  // Called by the timer once this answer is out of c_.slow.
+  void answer() {
+    registered_ = false;
+    responder_->respond(http::Response::text("slow " + std::to_string(ms_) + " ms\n"));
+  }
+
+ private:
+  void drop() {
+    if (!registered_) return;
+    registered_ = false;
+    c_.slow.erase(at_);
+  }
+  Counter& c_;
+  uint64_t deadline_;
+  uint64_t ms_;
+  http::Responder* responder_ = nullptr;
+  std::multimap<uint64_t, SlowAnswer*>::iterator at_;
+  bool registered_ = false;
 };
 
 void load(Counter& c) {
@@ -105,6 +147,17 @@ int main() {
           ctx.busy_add(-done);
         });
 
+        ctx.on_close([&c] { c.slow_timer.cancel(); });
+        c.slow_timer.bind(ctx.loop().timers(), [&c, &ctx] {
+          std::vector<SlowAnswer*> due;
+          while (!c.slow.empty() && c.slow.begin()->first <= ctx.loop().now()) {
+            due.push_back(c.slow.begin()->second);
+            c.slow.erase(c.slow.begin());
+          }
+          if (!c.slow.empty()) c.slow_timer.arm_at(c.slow.begin()->first);
+          for (SlowAnswer* a : due) a->answer();
+        });
+
         site.route("GET /", [&c](http::Request&) {
           return http::Response::text(std::to_string(c.count) + "\n");
         });
@@ -122,6 +175,11 @@ int main() {
           c.busy_until.insert(ctx.loop().now() + ms);
           c.busy_timer.arm_at(*c.busy_until.begin());
           return http::Response::text("busy " + std::to_string(ms) + " ms\n");
+        });
+        site.route("GET /slow", [&c, &ctx](http::Request& req) {
+          uint64_t ms = query_ms(req.query);
+          return http::Response::deferred(
+              std::make_unique<SlowAnswer>(c, ctx.loop().now() + ms, ms));
         });
         site.route("GET /crash", [](http::Request&) -> http::Response { std::abort(); });
         site.route("GET /fatal", [&ctx](http::Request&) {

@@ -7,6 +7,7 @@ The same counter as examples/worker_cpp/main.cc, one per address:
     POST /inc        adds one, returns the new count
     GET  /start      the start data the manager sent
     GET  /busy?ms=N  holds the worker busy (not idle) for N ms, as background work would
+    GET  /slow?ms=N  answers after N ms (a request in flight: not idle meanwhile)
     GET  /crash      aborts (a crash: the address becomes failed)
     GET  /fatal      reports a fatal error whose text holds a secret; only the redacted form crosses
 
@@ -35,6 +36,7 @@ import socket
 import socketserver
 import sys
 import threading
+import time
 import traceback
 import urllib.parse
 
@@ -442,6 +444,11 @@ def setup(runtime):
         t.start()
         h.reply(200, f"busy {ms} ms\n")
 
+    def slow(h, q):
+        ms = min(int((q.get("ms") or ["0"])[0]), 60_000)
+        time.sleep(ms / 1000)  # this request's own thread; it counts as in flight meanwhile
+        h.reply(200, f"slow {ms} ms\n")
+
     def crash(_h, _q):
         os.abort()
 
@@ -454,6 +461,7 @@ def setup(runtime):
         ("POST", "/inc"): inc,
         ("GET", "/start"): start,
         ("GET", "/busy"): busy,
+        ("GET", "/slow"): slow,
         ("GET", "/crash"): crash,
         ("GET", "/fatal"): fatal,
     }

@@ -278,6 +278,12 @@ TEST_F(ManagerTest, FatalIsRedactedInStateAndWaitersButLoggedInFull) {
   EXPECT_EQ(forks_, 1);
   EXPECT_EQ(resolve(m, "doc:f").status, 503);
   EXPECT_EQ(forks_, 1);
+  // retry clears it; the next resolve forks again.
+  data_["doc:f"] = {{"mode", "normal"}};
+  EXPECT_TRUE(m.retry("doc:f"));
+  EXPECT_TRUE(m.entry("doc:f").is_null());
+  EXPECT_TRUE(resolve(m, "doc:f").ok());
+  EXPECT_EQ(forks_, 2);
 }
 
 TEST_F(ManagerTest, LostLinkAfterReadyIsRecoveredOnceAMinute) {
@@ -296,6 +302,41 @@ TEST_F(ManagerTest, LostLinkAfterReadyIsRecoveredOnceAMinute) {
   EXPECT_EQ(m.entry("doc:l")["error"]["code"], "link_lost");
   ASSERT_TRUE(run_until([&] { return m.live_workers() == 0; }));
   EXPECT_EQ(resolve(m, "doc:l").status, 503);
+  EXPECT_EQ(forks_, 2);
+  // retry clears it.
+  data_["doc:l"] = {{"mode", "normal"}};
+  EXPECT_TRUE(m.retry("doc:l"));
+  EXPECT_TRUE(resolve(m, "doc:l").ok());
+  EXPECT_EQ(forks_, 3);
+}
+
+TEST_F(ManagerTest, LostLinkBeforeReadyFailsAndTheLiveChildIsKilledAfterTheGrace) {
+  // The child closes fd 3 after `started` and ignores SIGTERM: it lives on without a link.
+  kind_.stop_grace_ms = 300;
+  data_["doc:lb"] = {{"mode", "close_link_before_ready"}};
+  Manager& m = make();
+  auto r = resolve(m, "doc:lb");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.error["code"], "link_lost");
+  EXPECT_EQ(status(m, "doc:lb"), "failed");
+  int pid = 0;
+  for (auto& [t, p, e] : events())
+    if (e == "link_closed") pid = p;
+  ASSERT_GT(pid, 0);
+  // Only the SIGKILL after stop_grace ends it (it ignores SIGTERM).
+  ASSERT_TRUE(run_until([&] { return m.live_workers() == 0; }));
+  EXPECT_NE(::kill(pid, 0), 0);
+  std::string log = supervisor_log();
+  EXPECT_NE(log.find("pid=" + std::to_string(pid) + " how=\"signal 9\""), std::string::npos) << log;
+  EXPECT_NE(log.find("worker_failed"), std::string::npos);
+  // Stays failed: no fork for a new resolve, until retry.
+  EXPECT_EQ(resolve(m, "doc:lb").error["code"], "link_lost");
+  run_for(100);
+  EXPECT_EQ(forks_, 1);
+  EXPECT_EQ(m.entry("doc:lb")["error"]["code"], "link_lost");
+  data_["doc:lb"] = {{"mode", "normal"}};
+  EXPECT_TRUE(m.retry("doc:lb"));
+  EXPECT_TRUE(resolve(m, "doc:lb").ok());
   EXPECT_EQ(forks_, 2);
 }
 
@@ -337,6 +378,52 @@ TEST_F(ManagerTest, StopDuringStartWaitsForStartedThenStops) {
   EXPECT_GT(event_time(pid, "started"), 0);  // it took its lock before the stop ran
   EXPECT_EQ(forks_, 1);
   EXPECT_EQ(supervisor_log().find("worker_failed"), std::string::npos);
+}
+
+TEST_F(ManagerTest, StopBetweenStartedAndReadyStopsAfterTheStartAndRecordsNoFailure) {
+  data_["doc:sr"] = {{"slow_ready", 5'000}};
+  Manager& m = make();
+  std::optional<Resolution> r;
+  m.resolve("doc:sr", [&](const Resolution& res) { r = res; });
+  int pid = 0;
+  ASSERT_TRUE(run_until([&] {
+    for (auto& [t, p, e] : events())
+      if (e == "started") pid = p;
+    return pid != 0;
+  }));
+  ASSERT_TRUE(run_until([&] { return m.entry("doc:sr").value("pid", 0) == pid; }));
+  EXPECT_EQ(status(m, "doc:sr"), "starting");  // `started`, not `ready`
+  EXPECT_TRUE(m.stop("doc:sr"));
+  ASSERT_TRUE(run_until([&] { return r.has_value(); }));
+  EXPECT_EQ(r->error["code"], "stopped");
+  EXPECT_EQ(r->status, 503);
+  // A resolve during that stop waits for the exit, then starts a new worker.
+  data_["doc:sr"] = nlohmann::json::object();
+  auto again = resolve(m, "doc:sr");
+  ASSERT_TRUE(again.ok()) << again.error.dump();
+  EXPECT_NE(m.entry("doc:sr")["pid"].get<int>(), pid);
+  EXPECT_NE(::kill(pid, 0), 0);
+  EXPECT_EQ(forks_, 2);
+  EXPECT_EQ(supervisor_log().find("worker_failed"), std::string::npos);
+  EXPECT_EQ(status(m, "doc:sr"), "running");
+}
+
+TEST_F(ManagerTest, CrashWhileStoppingIsNoFailureAndTheQueuedStartRuns) {
+  // The old worker dies with exit 3 after `shutdown`: asked for, so the start queued behind it
+  // runs and nothing is failed.
+  data_["doc:cs"] = {{"exit_on_shutdown_slowly", 300}, {"shutdown_exit_code", 3}};
+  Manager& m = make();
+  EXPECT_TRUE(resolve(m, "doc:cs").ok());
+  int old_pid = m.entry("doc:cs")["pid"];
+  EXPECT_TRUE(m.stop("doc:cs"));
+  data_["doc:cs"] = nlohmann::json::object();
+  auto r = resolve(m, "doc:cs");
+  ASSERT_TRUE(r.ok()) << r.error.dump();
+  EXPECT_NE(m.entry("doc:cs")["pid"].get<int>(), old_pid);
+  EXPECT_EQ(forks_, 2);
+  std::string log = supervisor_log();
+  EXPECT_NE(log.find("how=\"exit 3\" asked=true"), std::string::npos) << log;
+  EXPECT_EQ(log.find("worker_failed"), std::string::npos);
 }
 
 TEST_F(ManagerTest, StartDuringStopWaitsForTheOldWorkersExit) {
@@ -387,18 +474,36 @@ TEST_F(ManagerTest, CrashWhileStartsAreQueuedRejectsEveryWaiter) {
   for (int i = 0; i < 3; ++i)
     m.resolve("doc:x", [&](const Resolution& r) { answers.push_back(r); });
   ASSERT_TRUE(run_until([&] { return answers.size() == 3; }));
-  for (auto& a : answers) EXPECT_EQ(a.error["code"], "worker_exited");
+  for (auto& a : answers) {
+    EXPECT_EQ(a.status, 503);
+    EXPECT_EQ(a.error["code"], "worker_exited");
+  }
   EXPECT_EQ(forks_, 1);
   EXPECT_EQ(status(m, "doc:x"), "failed");
+  // Nothing forks again for later resolves, until retry.
+  ASSERT_TRUE(run_until([&] { return m.live_workers() == 0; }));
+  EXPECT_EQ(resolve(m, "doc:x").error["code"], "worker_exited");
+  run_for(200);
+  EXPECT_EQ(forks_, 1);
+  data_["doc:x"] = {{"mode", "normal"}};
+  EXPECT_TRUE(m.retry("doc:x"));
+  EXPECT_TRUE(resolve(m, "doc:x").ok());
+  EXPECT_EQ(forks_, 2);
 }
 
 TEST_F(ManagerTest, CloseCancelsStartsAndReportsNoFailure) {
   data_["doc:slow"] = {{"slow_ready", 5'000}};
   data_["doc:stubborn"] = {{"mode", "ignore_shutdown"}};
+  data_["doc:q"] = {{"exit_on_shutdown_slowly", 400}};
   kind_.stop_grace_ms = 300;
   Manager& m = make();
   EXPECT_TRUE(resolve(m, "doc:run").ok());
   EXPECT_TRUE(resolve(m, "doc:stubborn").ok());
+  EXPECT_TRUE(resolve(m, "doc:q").ok());
+  // doc:q stops slowly with a start queued behind its exit; doc:slow is between fork and ready.
+  EXPECT_TRUE(m.stop("doc:q"));
+  std::optional<Resolution> queued;
+  m.resolve("doc:q", [&](const Resolution& res) { queued = res; });
   std::optional<Resolution> r;
   m.resolve("doc:slow", [&](const Resolution& res) { r = res; });
   bool done = false;
@@ -406,11 +511,13 @@ TEST_F(ManagerTest, CloseCancelsStartsAndReportsNoFailure) {
   ASSERT_TRUE(run_until([&] { return done; }));
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->error["code"], "closing");
+  ASSERT_TRUE(queued.has_value());
+  EXPECT_EQ(queued->error["code"], "closing");
   EXPECT_EQ(m.live_workers(), 0u);
   EXPECT_TRUE(m.state().empty()) << m.state().dump();
   EXPECT_EQ(supervisor_log().find("worker_failed"), std::string::npos);
   EXPECT_EQ(resolve(m, "doc:new").error["code"], "closing");
-  EXPECT_EQ(forks_, 3);
+  EXPECT_EQ(forks_, 4);  // the queued start of doc:q never forked
 }
 
 TEST_F(ManagerTest, SuspendAndResume) {

@@ -4,12 +4,18 @@ fd 4 listening socket, the flock lock) and misbehaves as its start data says. St
 
 Start data keys (all optional):
   mode: "normal" | "never_started" | "crash_before_ready" | "crash_after_ready" | "fatal"
-        | "close_link" | "ignore_shutdown" | "no_lock"
+        | "close_link" | "close_link_before_ready" | "ignore_shutdown" | "no_lock"
+        (close_link_before_ready: closes fd 3 after `started` and ignores SIGTERM, so only the
+        manager's SIGKILL after stop_grace ends it)
   slow_ready: ms between `started` and `ready`         idle: the idle flag of `ready` (default true)
   idle_after: ms after ready, send {idle: true}         crash_after: ms (crash_after_ready, default 50)
   exit_on_shutdown_slowly: ms to wait after `shutdown` before exiting
+  shutdown_exit_code: the exit status after `shutdown` (default 0; non-zero: a crash while stopping)
   events: a file to append "<monotonic> <pid> <event>" lines to (started, ready, exiting)
-Every connection to fd 4 gets "hello <address>\n".
+Every connection to fd 4 gets "hello <address>\n" (with FAKE_WORKER_HTTP=1 in the environment,
+as the body of an HTTP/1.1 200 response, for tests through the real binary). FAKE_WORKER_START, a
+JSON object in the environment (a kind's `env` in corral's config, which has no start hook), gives
+defaults for the start data.
 """
 import fcntl
 import json
@@ -44,7 +50,24 @@ def serve():
         except OSError:
             return
         with conn:
-            conn.sendall(f"hello {address}\n".encode())
+            body = f"hello {address}\n".encode()
+            if os.environ.get("FAKE_WORKER_HTTP") == "1":
+                try:
+                    conn.settimeout(5)
+                    head = b""
+                    while b"\r\n\r\n" not in head:
+                        b = conn.recv(65536)
+                        if not b:
+                            break
+                        head += b
+                except OSError:
+                    continue
+                body = (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+                        b"Content-Length: %d\r\n\r\n" % len(body)) + body
+            try:
+                conn.sendall(body)
+            except OSError:
+                pass
 
 
 def main():
@@ -52,7 +75,8 @@ def main():
     signal.signal(signal.SIGTERM, lambda *a: (event("exiting"), os._exit(0)))
     msg = json.loads(control.recv(65536))
     assert msg["type"] == "start", msg
-    data = msg.get("start") or {}
+    data = dict(json.loads(os.environ.get("FAKE_WORKER_START", "{}")))
+    data.update(msg.get("start") or {})
     events_path = data.get("events")
     mode = data.get("mode", "normal")
     print(f"starting {address}", flush=True)
@@ -70,6 +94,11 @@ def main():
                                          "detail": "SECRET-42"}})
         time.sleep(0.05)
         os._exit(1)
+    if mode == "close_link_before_ready":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        control.close()
+        event("link_closed")
+        time.sleep(3600)
     if mode == "crash_before_ready":
         time.sleep(data.get("crash_after", 50) / 1000)
         os._exit(3)
@@ -109,7 +138,7 @@ def main():
             time.sleep(data.get("exit_on_shutdown_slowly", 0) / 1000)
             event("exiting")
             print(f"bye from {address}", flush=True)
-            os._exit(0)
+            os._exit(data.get("shutdown_exit_code", 0))
 
 
 main()
