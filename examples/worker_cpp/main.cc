@@ -6,6 +6,7 @@
 //   GET  /start     the start data the manager sent
 //   GET  /busy?ms=N holds the worker busy (not idle) for N ms, as background work would
 //   GET  /slow?ms=N answers after N ms (a request in flight: not idle meanwhile)
+//   GET  /echo      a WebSocket echoing each message (an open upgraded connection: not idle)
 //   GET  /crash     aborts (a crash: the address becomes failed)
 //   GET  /fatal     reports a fatal error whose text holds a secret; only the redacted form crosses
 //
@@ -29,6 +30,7 @@
 
 #include "http/percent.h"
 #include "worker/worker.h"
+#include "ws/socket.h"
 
 namespace {
 
@@ -181,6 +183,15 @@ int main() {
           return http::Response::deferred(
               std::make_unique<SlowAnswer>(c, ctx.loop().now() + ms, ms));
         });
+        // The proxy checked the client's Origin against the client's Host before relaying; here
+        // the request's own origin is the proxy's (Host: localhost).
+        ws::SocketRoute echo;
+        echo.on_open = [](ws::Socket& sock) {
+          sock.on_message = [](ws::Socket& s, std::string_view data, bool binary) {
+            binary ? s.send_binary(data) : s.send_text(data);
+          };
+        };
+        ws::add_socket_route(site, "/echo", std::move(echo));
         site.route("GET /crash", [](http::Request&) -> http::Response { std::abort(); });
         site.route("GET /fatal", [&ctx](http::Request&) {
           ctx.fatal(std::runtime_error("database refused password secret-123"));

@@ -12,8 +12,8 @@ What is checked:
     the pid of a live child of the supervisor), state kept across requests, the path the worker
     sees (the route's `*` part plus the query);
   * idle stop (the entry goes, the process goes; the next request forks a new pid, which reads
-    what the closer of the old one saved); /busy and a request in flight (/slow) keeping a
-    worker past `idle`;
+    what the closer of the old one saved); /busy, a request in flight (/slow) and an open
+    WebSocket (the C++ worker's /echo) keeping a worker past `idle`;
   * a crash, a kill -9 and a `fatal`: the address stays failed (503 JSON {error:{message}} and no
     new fork) until `ctl retry`; a fatal's secret ("secret-123") reaches neither a client, nor
     `ctl workers`, nor GET /workers, nor the watch stream, but the supervisor's log has it
@@ -770,3 +770,51 @@ def test_upgrade_to_a_worker_passes_the_origin_check_first(corral):
     status, _, _ = c.get("/counter/ws/", headers={**upgrade, "Origin": own})
     assert status != 403
     assert c.starts() == 1
+
+
+def ws_frame(opcode, payload):
+    """A masked client frame (payload < 126 bytes)."""
+    key = os.urandom(4)
+    masked = bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+    return bytes([0x80 | opcode, 0x80 | len(payload)]) + key + masked
+
+
+def test_open_websocket_keeps_worker_past_idle(corral):
+    """An upgraded connection relayed to the worker (the C++ example's /echo) keeps it from being
+    idle (idle 1 s, the socket open for 2.5 s); once it is closed the worker is idle-stopped."""
+    if not os.access(CPP_WORKER, os.X_OK):
+        pytest.skip(f"{CPP_WORKER} is not built")  # the Python example has no WebSocket route
+    c = corral("cpp", idle="1s")
+    assert c.get("/counter/ws/")[0] == 200
+    pid = c.running_pid("counter:ws")
+    s = socket.create_connection((c.srv.host, c.srv.port), timeout=5)
+    try:
+        # Host and Origin "localhost": the same origin at the proxy and at the worker (which the
+        # proxy reaches with Host: localhost).
+        s.sendall(b"GET /counter/ws/echo HTTP/1.1\r\nHost: localhost\r\n"
+                  b"Origin: http://localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                  b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+        head = b""
+        while b"\r\n\r\n" not in head:
+            b = s.recv(4096)
+            assert b, head
+            head += b
+        assert head.startswith(b"HTTP/1.1 101"), head
+        rest = head.split(b"\r\n\r\n", 1)[1]
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 2.5:  # the socket stays open, quiet, past `idle`
+            time.sleep(0.1)
+        s.sendall(ws_frame(0x1, b"still here"))
+        while len(rest) < 2 + len(b"still here"):
+            b = s.recv(4096)
+            assert b, rest
+            rest += b
+        assert rest[:2] == bytes([0x81, len(b"still here")]) and rest[2:12] == b"still here", rest
+        assert 'worker_stopping address="counter:ws"' not in c.srv.log(), c.srv.log()[-3000:]
+        assert c.state()["counter:ws"]["pid"] == pid and alive(pid)
+        s.sendall(ws_frame(0x8, (1000).to_bytes(2, "big")))
+    finally:
+        s.close()
+    c.wait_gone("counter:ws", timeout=5)
+    poll(lambda: not alive(pid), 3, what="the worker's exit")
+    assert c.starts() == 1 and "worker_failed" not in c.srv.log()
