@@ -61,6 +61,11 @@ def start_h3(server_factory, processes, steering="forward", retry="off", extra="
     srv.tls_port = port
     srv.state_dir = state_dir
     srv.wait_log(r"http3_listening", timeout=10)
+    # Every process serving HTTP/3 (the supervisor logs http3_listening before it forks).
+    deadline = time.monotonic() + 20
+    while len(re.findall(r"quic_listening slot=", srv.log())) < processes:
+        assert time.monotonic() < deadline and srv.proc.poll() is None, srv.log()[-3000:]
+        time.sleep(0.02)
     return srv
 
 

@@ -316,7 +316,11 @@ def test_stateless_reset_after_respawn(start_site, tmp_path):
              "--delay-stream=2s", "--no-http-dump", "127.0.0.1", str(port),
              f"https://localhost:{port}/whoami"], stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 5
-        while "Negotiated ALPN" not in log_path.read_text(errors="replace"):
+        # Confirmed: the server has the client's Finished, so what the client sends next is 1-RTT
+        # (short header), which a process that does not know the connection resets. Killing the
+        # server earlier (after ALPN, before the Finished arrived) leaves the client resending
+        # Handshake packets, which get no reset: it then waits out its idle timeout.
+        while "handshake has been confirmed" not in log_path.read_text(errors="replace"):
             assert time.monotonic() < deadline, "no handshake"
             time.sleep(0.02)
         site.stop(signal.SIGKILL)
@@ -330,7 +334,7 @@ def test_stateless_reset_after_respawn(start_site, tmp_path):
         elapsed = time.monotonic() - t0
     out = log_path.read_text(errors="replace")
     assert " SR " in out or "Stateless Reset" in out or "SR token" in out, out[-3000:]
-    assert read(d, "whoami") is None
+    assert not read(d, "whoami")  # no answer (gtlsclient may have made the file, empty)
     print(f"\nclient gone {elapsed:.2f} s after the respawn (idle timeout was 60 s)")
     # New connections handshake at once on the respawned process.
     d2, out2 = fetch(respawned, ["/whoami"], tmp_path)
