@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "core/socket.h"
@@ -26,6 +27,29 @@ constexpr size_t kMaxPacket = 64 * 1024;
 constexpr size_t kMaxPartialLine = 16 * 1024;
 constexpr size_t kMaxPublicField = 1024;
 constexpr size_t kMaxKey = 256;
+
+// Whether `pid` is on its way out (the kernel's PF_EXITING in /proc/PID/stat's flags): killed or
+// exiting, but not yet reported by its pidfd. A process whose threads take long to die (a busy
+// machine, many threads) closes its fds only with its last thread, and the exit follows.
+bool exiting(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return true;  // gone already
+  char buf[512];
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return true;
+  buf[n] = '\0';
+  // pid (comm) state ppid pgrp session tty_nr tpgid flags ...: comm may hold spaces and ')'.
+  const char* p = strrchr(buf, ')');
+  if (!p) return false;
+  unsigned long flags = 0;
+  char state = 0;
+  if (sscanf(p + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2) return false;
+  constexpr unsigned long kPfExiting = 0x4;
+  return state == 'Z' || state == 'X' || (flags & kPfExiting) != 0;
+}
 
 nlohmann::json public_error(std::string_view message, std::string_view code) {
   return {{"message", message}, {"code", code}};
@@ -525,6 +549,12 @@ void Manager::on_link_check(Worker& w) {
       info.si_pid != 0)
     return;                // it exited: on_exit decides (a crash, or the end of a stop)
   if (w.stopping) return;  // a stopping worker may close its link first
+  if (exiting(w.pid)) {
+    // Killed or exiting, its exit not reported yet: look again rather than call a crash a lost
+    // link (a lost link after ready is recovered from; a crash is a failure).
+    w.link_check.arm_after(kLinkCheckMs);
+    return;
+  }
   Slot& slot = *w.slot;
   const uint64_t now = loop_.now();
   if (!w.ready) {
