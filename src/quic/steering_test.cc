@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "quic/steering_vectors.h"
@@ -18,7 +19,9 @@ uint32_t tag_of(const uint8_t* cid) {
 }
 
 TEST(Steering, MakeCidLayout) {
-  std::set<std::vector<uint8_t>> seen;
+  // Strings, not vectors of bytes: GCC 12 at -O3 warns (stringop-overread) inside the
+  // three-way comparison of std::vector<uint8_t> keys.
+  std::set<std::string> seen;
   for (uint32_t slot = 0; slot < kMaxSlots; ++slot) {
     uint8_t cid[kCidLength];
     make_cid(cid, slot, 0xA1B2C3D4u, slot & 1u);
@@ -30,7 +33,7 @@ TEST(Steering, MakeCidLayout) {
     EXPECT_EQ(tag_of(cid), 0xA1B2C3D4u);
     EXPECT_EQ(cid_slot(cid), slot);
     EXPECT_TRUE(cid_is_ours(cid, kCidLength, 0xA1B2C3D4u));
-    seen.insert(std::vector<uint8_t>(cid, cid + kCidLength));
+    seen.insert(std::string(reinterpret_cast<const char*>(cid), kCidLength));
   }
   EXPECT_EQ(seen.size(), kMaxSlots);  // the random bytes differ
 }
