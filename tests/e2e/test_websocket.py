@@ -592,7 +592,9 @@ def test_idle_pings_then_close_1001_then_tcp_closed(srv):
         t_close = time.monotonic() - t_req
         assert f.opcode == OP_CLOSE and f.close_code == 1001, f
         assert f.payload[2:] == b"idle timeout"
-        assert 1.0 <= t_close < 8, t_close
+        # The server's timers run on a millisecond clock read once per loop round, so a 1 s
+        # timeout may end up to 1 ms short of 1 s of real time (seen: 0.99997 s in CI).
+        assert 0.995 <= t_close < 8, t_close
         assert pings or t_close > 1.6, "no ping before the idle close"
         assert all(p >= 0.3 for p in pings), pings
         c.expect_eof(timeout=8)  # we never answer the close
