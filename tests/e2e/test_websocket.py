@@ -596,10 +596,10 @@ def test_idle_pings_then_close_1001_then_tcp_closed(srv):
         # timeout may end up to 1 ms short of 1 s of real time (seen: 0.99997 s in CI).
         assert 0.995 <= t_close < 8, t_close
         assert pings or t_close > 1.6, "no ping before the idle close"
-        assert all(p >= 0.3 for p in pings), pings
+        assert all(p >= 0.295 for p in pings), pings  # the same millisecond rounding
         c.expect_eof(timeout=8)  # we never answer the close
         t_eof = time.monotonic() - t_req
-        assert 1.5 <= t_eof < 10, t_eof
+        assert 1.495 <= t_eof < 10, t_eof
     finally:
         s.close()
 
