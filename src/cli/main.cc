@@ -605,6 +605,11 @@ int main(int argc, char** argv) {
   if (check->parsed()) {
     cli::Config config;
     auto errors = cli::load_config(flags.config_path, config);
+    // A configured certificate and key are read as serve would read them (the dev certificate,
+    // made by serve when there is none, is not).
+    if (errors.empty() && !config.tls.cert.empty() && !config.tls.key.empty())
+      if (auto creds = tls::Credentials::load(config.tls.cert, config.tls.key); !creds)
+        errors.problems.push_back("tls." + creds.error().reason);
     if (!errors.empty()) return print_problems(errors, flags.config_path);
     std::cout << "corral: " << flags.config_path << ": ok\n";
     return 0;

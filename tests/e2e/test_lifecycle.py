@@ -404,3 +404,25 @@ def test_serve_no_access_log(server_factory):
     assert srv.wait_exit(timeout=5) == 0
     assert "access remote=" not in srv.log()
     assert "stopped requests=1" in srv.log()
+
+
+def test_check_reads_the_tls_files(tmp_path):
+    """corral check names a missing certificate file and a key that does not match it."""
+    import subprocess as sp
+    for name in ("a", "b"):
+        sp.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(tmp_path / f"{name}.key"),
+                "-out", str(tmp_path / f"{name}.pem"), "-days", "2", "-subj", "/CN=localhost"],
+               check=True, stdout=sp.DEVNULL, stderr=sp.DEVNULL)
+    cfg = tmp_path / "tls.toml"
+
+    def check(cert, key):
+        cfg.write_text(f'[tls]\nlisten = "127.0.0.1:8443"\ncert = "{cert}"\nkey = "{key}"\n')
+        return corral("check", "--config", str(cfg))
+
+    r = check(tmp_path / "a.pem", tmp_path / "a.key")
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+    r = check(tmp_path / "absent.pem", tmp_path / "a.key")
+    assert r.returncode == EX_CONFIG and "absent.pem" in r.stderr, r.stderr
+    r = check(tmp_path / "a.pem", tmp_path / "b.key")
+    assert r.returncode == EX_CONFIG and "tls.key" in r.stderr and "b.key" in r.stderr, r.stderr
