@@ -13,6 +13,7 @@
 #include "core/socket.h"
 #include "http/server.h"
 #include "http/site.h"
+#include "loopback.h"
 
 namespace corral::http {
 namespace {
@@ -58,27 +59,9 @@ class Deferred : public ::testing::Test {
     b.route("GET /now", [](Request&) { return Response::text("now"); });
     server_->publish(b.build().value());
   }
-  int connect_client() {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port_));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    fcntl(fd, F_SETFL, O_NONBLOCK);
-    return fd;
-  }
+  int connect_client() { return testing::connect_loopback(port_); }
   std::string read_for(int fd, std::string_view until) {
-    std::string got;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (got.find(until) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
-      loop_.run_once(5);
-      char buf[4096];
-      ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-      if (n > 0) got.append(buf, static_cast<size_t>(n));
-      if (n == 0) break;
-    }
-    return got;
+    return testing::read_until(loop_, fd, until);
   }
 
   core::EventLoop loop_;

@@ -15,6 +15,7 @@
 #include "http/proxy.h"
 #include "http/server.h"
 #include "http/site.h"
+#include "loopback.h"
 #include "ws/socket.h"
 
 namespace corral::http {
@@ -63,25 +64,9 @@ class Proxy : public ::testing::Test {
   void TearDown() override { ::unlink(path_.c_str()); }
 
   std::string exchange(const std::string& request, std::string_view until) {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port_));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    fcntl(fd, F_SETFL, O_NONBLOCK);
+    int fd = testing::connect_loopback(port_);
     EXPECT_EQ(::send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
-    std::string got;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    bool eof = false;
-    while (!eof && got.find(until) == std::string::npos &&
-           std::chrono::steady_clock::now() < deadline) {
-      loop_.run_once(5);
-      char buf[65536];
-      ssize_t n;
-      while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, static_cast<size_t>(n));
-      eof = n == 0;
-    }
+    std::string got = testing::read_until(loop_, fd, until);
     ::close(fd);
     return got;
   }

@@ -18,6 +18,8 @@
 #include "http/site.h"
 #include "ws/socket.h"
 
+#include "loopback.h"
+
 namespace corral {
 namespace {
 
@@ -48,13 +50,7 @@ class WsLifecycle : public ::testing::Test {
 
   // Connects, upgrades, and returns the client fd (non-blocking) after the 101.
   int open_socket() {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port_));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    fcntl(fd, F_SETFL, O_NONBLOCK);
+    int fd = testing::connect_loopback(port_);
     std::string req =
         "GET /sock HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
         "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
@@ -65,18 +61,8 @@ class WsLifecycle : public ::testing::Test {
     return fd;
   }
 
-  // Runs the loop until `fd` has received `marker` (or the peer closed), bounded by 5 s.
   std::string read_until(int fd, std::string_view marker) {
-    std::string got;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (got.find(marker) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
-      loop_.run_once(10);
-      char buf[4096];
-      ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-      if (n > 0) got.append(buf, static_cast<size_t>(n));
-      if (n == 0) break;
-    }
-    return got;
+    return testing::read_until(loop_, fd, marker);
   }
 
   core::EventLoop loop_;
