@@ -64,7 +64,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   self.parity = (ctl >> 1) & 1u;
   self.steering = key.slots > 1;
   self.closing = ctl & 0x80;
-  self.lingering = ctl & 0x01;
   for (int variant = 0; variant < 4; ++variant) {
     DatagramFacts facts;
     facts.forwarded = variant & 1;

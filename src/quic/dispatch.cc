@@ -14,8 +14,11 @@ Dispatch dispatch(const DispatchSelf& self, const DatagramFacts& d) {
   }
   if (d.known) return {};
   if (d.ours && d.owner == self.slot && d.cid_parity != self.parity) {
-    if (self.closing || self.lingering) return {Route::kToOtherGeneration, self.slot, other};
-    return {};  // an older generation that is gone had it: a stateless reset
+    // Always: a newer generation's (we are closing, or generation 1) or an older one's that may
+    // still drain. (A deadline after which an older parity drew a stateless reset left a window
+    // at the next reload in which an old process not yet told to close reset the new
+    // generation's first connections; the price is no reset for a killed older generation.)
+    return {Route::kToOtherGeneration, self.slot, other};
   }
   if (d.long_header && self.closing) return {Route::kToOtherGeneration, self.slot, other};
   return {};

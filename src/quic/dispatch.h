@@ -11,10 +11,8 @@
 //                                                       client-chosen DCID: the newest parity we
 //                                                       know of)
 //   a connection we have                             -> here
-//   our slot, the other parity, while the other      -> the other generation of our slot
-//   generation may run (we are closing: it is the
-//   newer one; or we are lingering: an older one may
-//   still drain)
+//   our slot, the other parity (a newer generation,  -> the other generation of our slot
+//   or an older one that may still drain)
 //   a new connection (long header, unknown) while    -> the other (newer) generation of our slot
 //   we are closing
 //   anything else                                    -> here (a new connection, a stateless
@@ -31,10 +29,9 @@ namespace corral::quic {
 // What the process knows about itself.
 struct DispatchSelf {
   int slot = 0;
-  unsigned parity = 1;     // this generation's parity (generation & 1)
-  bool steering = false;   // forwarding to other slots is on (mode != off, more than one slot)
-  bool closing = false;    // draining after SIGTERM: a newer generation serves the slot
-  bool lingering = false;  // an older generation of the slot may still be draining
+  unsigned parity = 1;    // this generation's parity (generation & 1)
+  bool steering = false;  // forwarding to other slots is on (mode != off, more than one slot)
+  bool closing = false;   // draining after SIGTERM: a newer generation serves the slot
 };
 
 // What the endpoint found out about the datagram.

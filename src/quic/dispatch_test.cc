@@ -10,13 +10,12 @@ namespace {
 constexpr uint32_t kTag = 0x5eedf00d;
 
 // Slot 2 of 4, generation `parity`.
-DispatchSelf self(unsigned parity, bool closing = false, bool lingering = false) {
+DispatchSelf self(unsigned parity, bool closing = false) {
   DispatchSelf s;
   s.slot = 2;
   s.parity = parity;
   s.steering = true;
   s.closing = closing;
-  s.lingering = lingering;
   return s;
 }
 
@@ -71,7 +70,7 @@ TEST(Dispatch, OwnConnectionOfOwnGenerationStaysHere) {
   EXPECT_EQ(dispatch(self(1), d).route, Route::kHere);
   d.known = false;  // unknown: a stateless reset, here
   EXPECT_EQ(dispatch(self(1), d).route, Route::kHere);
-  EXPECT_EQ(dispatch(self(1, true, true), d).route, Route::kHere);
+  EXPECT_EQ(dispatch(self(1, true), d).route, Route::kHere);
 }
 
 TEST(Dispatch, AnotherSlotGoesToThePairOfTheCidsParity) {
@@ -99,18 +98,16 @@ TEST(Dispatch, OtherGenerationOfOurSlot) {
   EXPECT_EQ(r.route, Route::kToOtherGeneration);
   EXPECT_EQ(r.slot, 2);
   EXPECT_EQ(r.parity, 0u);
-  // ...and so does the new one, while the old one may still drain.
-  r = dispatch(self(0, false, /*lingering=*/true), ours(2, 1));
+  // ...and so does the new one: the old one may still drain.
+  r = dispatch(self(0), ours(2, 1));
   EXPECT_EQ(r.route, Route::kToOtherGeneration);
   EXPECT_EQ(r.parity, 1u);
-  // After the lingering window nobody else has it: a stateless reset here.
-  EXPECT_EQ(dispatch(self(0), ours(2, 1)).route, Route::kHere);
 }
 
 TEST(Dispatch, ForwardedDatagramsAreNeverForwardedAgain) {
   for (auto d : {ours(2, 0), ours(3, 0), ours(3, 1), client_initial(0), client_initial(2)}) {
     d.forwarded = true;
-    EXPECT_EQ(dispatch(self(1, true, true), d).route, Route::kHere);
+    EXPECT_EQ(dispatch(self(1, true), d).route, Route::kHere);
   }
 }
 
@@ -120,7 +117,6 @@ TEST(Dispatch, NewConnectionsWhileClosingGoToTheNewGeneration) {
   EXPECT_EQ(r.parity, 0u);
   // Not closing: accepted here, as before.
   EXPECT_EQ(dispatch(self(1), client_initial(2)).route, Route::kHere);
-  EXPECT_EQ(dispatch(self(1, false, true), client_initial(2)).route, Route::kHere);
   // A client's Initial after our Retry (our CID, our parity) while closing: also the new one's.
   auto retried = ours(2, 1);
   retried.long_header = true;

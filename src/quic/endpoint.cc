@@ -313,12 +313,6 @@ void Endpoint::process(Socket& s, const Datagram& d) {
   self.parity = ctx_.parity();
   self.steering = ctx_.mode != SteeringMode::kOff && ctx_.key.slots > 1;
   self.closing = closing_;
-  // The other parity is always handed to the other generation of our slot: it is a newer one's
-  // (we are generation 1, or a reload is starting) or an older one's that may still drain. A
-  // deadline would reopen a window in which a new generation's first connections are reset by
-  // an old process not yet told to close; what forwarding costs instead is the stateless reset of
-  // a connection whose older process is gone, which that process closed when it finished.
-  self.lingering = true;
   DatagramFacts facts;
   facts.forwarded = d.forwarded;
   facts.owner = packet_owner(d.data, d.len, ctx_.key);

@@ -41,7 +41,7 @@ struct Steering {
 
   // The steering part of the ProcessContext of slot `slot`'s process of SIGHUP generation
   // `generation` (slot, generation, key, mode and the fds it inherited: fanout::ChildContext's
-  // udp_fds, forward_rx, forward_tx). The caller adds linger_ms, secrets and credentials.
+  // udp_fds, forward_rx, forward_tx). The caller adds secrets and credentials.
   ProcessContext context(int slot, uint64_t generation, std::vector<int> udp_fds, int forward_rx,
                          std::vector<ForwardPair> forward_tx) const;
 };
