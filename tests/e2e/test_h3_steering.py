@@ -75,9 +75,17 @@ def test_migration_at_four(server_factory, steering, how):
         print(f"steering off, {how}, N=4: {len(good)}/20 succeeded (the flaw)")
         return
     check_all_good(results, f"{how} N=4 {steering}")
-    # The control API shows each process's HTTP/3 state (reported every second).
-    time.sleep(1.5)
-    procs = process_reports(srv)
+    # The control API shows each process's HTTP/3 state (reported every second): wait for the
+    # reports that count every handshake.
+    deadline = time.monotonic() + 10
+    while True:
+        procs = process_reports(srv)
+        counted = all("quic" in p for p in procs) and \
+            sum(p["quic"]["handshakes"] for p in procs) >= 20 and \
+            (steering != "forward" or sum(p["quic"]["forwarded_in"] for p in procs) > 0)
+        if counted or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert len(procs) == 4 and all(p["quic"]["steering"] == steering for p in procs), procs
     assert sum(p["quic"]["handshakes"] for p in procs) >= 20, procs
     if steering == "forward":
