@@ -268,12 +268,25 @@ fanout::ChildMain child_main(std::shared_ptr<const Prepared> p, core::Logger& lo
       struct PerProcess {
         cli::LinkResolver resolver;
         http::UpstreamPool pool;
+        core::Timer report;  // the proxy's state, every second (GET /processes)
         PerProcess(core::EventLoop& loop, int fd)
             : resolver(loop, core::UniqueFd(fd)), pool(loop) {}
       };
       auto pp = std::make_shared<PerProcess>(loop, link_fd);
       p->resolver_slot->resolver = &pp->resolver;
       p->resolver_slot->pool = &pp->pool;
+      if (!p->config.workers.empty()) {
+        pp->report.bind(loop.timers(), [pp = pp.get()] {
+          pp->resolver.report(nlohmann::json{{"type", "report"},
+                                             {"proxy",
+                                              {{"resolves", pp->resolver.sent()},
+                                               {"cached", pp->resolver.cached()},
+                                               {"idle_upstreams", pp->pool.idle()}}}}
+                                  .dump());
+          pp->report.arm_after(1000);
+        });
+        pp->report.arm_after(100);
+      }
       return pp;
     };
     if (quic_shared && p->credentials && !ctx.udp_fds.empty()) {

@@ -1,6 +1,7 @@
 #include "cli/workers_wiring.h"
 
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "http/proxy.h"
 #include "ws/handshake.h"
@@ -16,14 +17,20 @@ LinkResolver::LinkResolver(core::EventLoop& loop, core::UniqueFd fd)
     : loop_(loop), link_(loop, std::move(fd)) {
   link_.on_message = [this](std::string_view message) {
     auto m = nlohmann::json::parse(message, nullptr, false);
-    if (!m.is_object() || !m.contains("id")) return;
+    if (!m.is_object()) return;
+    if (m.value("type", "") == "forget") {  // the address's worker stopped, failed or is suspended
+      cache_.erase(m.value("address", ""));
+      return;
+    }
+    if (!m.contains("id")) return;
     auto it = pending_.find(m.value("id", uint64_t{0}));
     if (it == pending_.end()) return;
-    auto answer = std::move(it->second);
+    auto [address, answer] = std::move(it->second);
     pending_.erase(it);
     if (m.value("type", "") == "resolved") {
       std::string path = m.value("socket", "");
-      if (m.contains("address")) cache_[m.value("address", "")] = {path, loop_.now() + kCacheMs};
+      if (cache_.size() >= kCacheMax) cache_.clear();  // bounded: entries are cheap to get back
+      cache_[address] = {path, loop_.now() + kCacheMs};
       answer(std::move(path), std::nullopt);
     } else {
       answer({}, error_response(m.value("status", 503), m.value("error", nlohmann::json())));
@@ -32,8 +39,8 @@ LinkResolver::LinkResolver(core::EventLoop& loop, core::UniqueFd fd)
   link_.on_closed = [this] {
     auto pending = std::move(pending_);
     pending_.clear();
-    for (auto& [id, answer] : pending)
-      answer({}, error_response(503, {{"message", "the supervisor is gone"}}));
+    for (auto& [id, entry] : pending)
+      entry.second({}, error_response(503, {{"message", "the supervisor is gone"}}));
   };
 }
 
@@ -43,13 +50,13 @@ void LinkResolver::resolve(const std::string& address, Answer answer, bool fresh
     if (!fresh && c->second.until_ms > loop_.now()) return answer(c->second.path, std::nullopt);
     cache_.erase(c);
   }
-  if (cache_.size() > 4096) cache_.clear();  // bounded: entries are cheap to get back
   if (!link_.open()) {
     answer({}, error_response(503, {{"message", "the supervisor is gone"}}));
     return;
   }
   uint64_t id = next_id_++;
-  pending_[id] = std::move(answer);
+  pending_.emplace(id, std::make_pair(address, std::move(answer)));
+  ++sent_;
   link_.send(nlohmann::json{{"type", "resolve"}, {"id", id}, {"address", address}}.dump());
 }
 
@@ -79,11 +86,15 @@ void add_worker_proxy_routes(http::SiteBuilder& site, const std::vector<WorkerKi
         LinkResolver* resolver = slot->resolver;
         return http::proxy_found(
             req,
-            [resolver, address](http::UpstreamAnswer answer) {
-              resolver->resolve(address,
-                                [answer](std::string path, std::optional<http::Response> instead) {
-                                  answer(std::move(path), std::move(instead));
-                                });
+            [resolver, address](http::UpstreamAnswer answer, bool again) {
+              // Again: the socket it gave last time did not answer (a stale cached path to a
+              // stopped worker, or one that went away): ask the supervisor, not the cache.
+              resolver->resolve(
+                  address,
+                  [answer](std::string path, std::optional<http::Response> instead) {
+                    answer(std::move(path), std::move(instead));
+                  },
+                  again);
             },
             std::move(options));
       });
@@ -110,32 +121,54 @@ std::vector<workers::KindConfig> kind_configs(const std::vector<WorkerKind>& kin
 void serve_link(core::MessageLink& link, workers::Manager** manager, int slot,
                 std::shared_ptr<ProcessReports> reports) {
   // The link dies with its server process; answers that come later are dropped, and so is what
-  // it reported.
-  auto alive = std::make_shared<core::MessageLink*>(&link);
-  link.on_closed = [alive, slot, reports] {
-    *alive = nullptr;
+  // it reported. The process caches the sockets it was given (LinkResolver::kCacheMs): when one
+  // of those addresses stops being a running, unsuspended worker, it is told to forget it.
+  struct LinkState {
+    core::MessageLink* link;
+    std::set<std::string> resolved;  // addresses whose socket this process may have cached
+    uint64_t watch = 0;
+  };
+  auto st = std::make_shared<LinkState>();
+  st->link = &link;
+  link.on_closed = [st, manager, slot, reports] {
+    st->link = nullptr;
+    if (st->watch && *manager) (*manager)->unwatch(st->watch);
+    st->watch = 0;
     if (reports) reports->by_slot.erase(slot);
   };
-  link.on_message = [alive, manager, slot, reports](std::string_view message) {
+  auto remember = [st, manager](const std::string& address) {
+    st->resolved.insert(address);
+    if (st->watch || !*manager) return;
+    st->watch = (*manager)->watch([st](const std::string& a, const nlohmann::json& e) {
+      bool serving =
+          e.is_object() && e.value("status", "") == "running" && !e.value("suspended", false);
+      if (serving || !st->link || !st->resolved.erase(a)) return;
+      st->link->send(nlohmann::json{{"type", "forget"}, {"address", a}}.dump());
+    });
+  };
+  link.on_message = [st, manager, slot, reports, remember](std::string_view message) {
     auto m = nlohmann::json::parse(message, nullptr, false);
     if (!m.is_object()) return;
     if (m.value("type", "") == "report") {
       if (reports) {
         m.erase("type");
-        reports->by_slot[slot] = std::move(m);
+        auto& last = reports->by_slot[slot];
+        if (!last.is_object()) last = nlohmann::json::object();
+        last.update(m);  // "quic" and "proxy" come in separate reports
       }
       return;
     }
     if (m.value("type", "") != "resolve") return;
     uint64_t id = m.value("id", uint64_t{0});
     std::string address = m.value("address", "");
-    auto reply = [alive, id, address](const workers::Resolution& r) {
-      if (!*alive) return;
+    auto reply = [st, id, address, remember](const workers::Resolution& r) {
+      if (!st->link) return;
       if (r.ok()) {
-        (*alive)->send(
+        remember(address);
+        st->link->send(
             nlohmann::json{{"type", "resolved"}, {"id", id}, {"socket", r.socket_path}}.dump());
       } else {
-        (*alive)->send(nlohmann::json{
+        st->link->send(nlohmann::json{
             {"type", "refused"}, {"id", id}, {"status", r.status}, {"error", r.error}}
                            .dump());
       }

@@ -4,10 +4,14 @@
 //
 // Link messages (JSON, one per SEQPACKET packet):
 //   server -> supervisor  {"type":"resolve","id":N,"address":"doc:42"}
-//                         {"type":"report","quic":{...}}  (every second: the process's own state
-//                         for the control API's GET /processes)
+//                         {"type":"report","quic":{...}}, {"type":"report","proxy":{...}}
+//                         (every second: the process's own state for the control API's
+//                         GET /processes; each report's keys replace the same keys of the last)
 //   supervisor -> server  {"type":"resolved","id":N,"socket":"/state/sockets/doc%3A42.sock"}
 //                         {"type":"refused","id":N,"status":503,"error":{"message":...}}
+//                         {"type":"forget","address":"doc:42"}  (an address this process was
+//                         given stopped being a running, unsuspended worker: drop its cached
+//                         socket)
 #pragma once
 
 #include <functional>
@@ -31,14 +35,19 @@ class LinkResolver {
  public:
   using Answer = std::function<void(std::string path, std::optional<http::Response> instead)>;
   // A resolved address is remembered this long: requests to a running worker skip the round trip
-  // to the supervisor. A connection that fails asks again (fresh), so a stale entry costs one
-  // failed connect; a state change (suspend, stop) is seen within this time.
+  // to the supervisor. The supervisor sends "forget" when the worker stops, fails or is
+  // suspended, and a connection that fails asks again (fresh), so a stale entry costs at most
+  // one failed connect.
   static constexpr uint64_t kCacheMs = 1000;
+  static constexpr size_t kCacheMax = 4096;
 
   LinkResolver(core::EventLoop& loop, core::UniqueFd fd);
   void resolve(const std::string& address, Answer answer, bool fresh = false);
   // A report of this process's state to the supervisor (see ProcessReports).
   void report(std::string message) { link_.send(std::move(message)); }
+  // Resolve messages sent to the supervisor so far (the rest were answered from the cache).
+  uint64_t sent() const { return sent_; }
+  size_t cached() const { return cache_.size(); }
 
  private:
   struct Cached {
@@ -49,7 +58,8 @@ class LinkResolver {
   std::map<std::string, Cached> cache_;
   core::MessageLink link_;
   uint64_t next_id_ = 1;
-  std::map<uint64_t, Answer> pending_;
+  uint64_t sent_ = 0;
+  std::map<uint64_t, std::pair<std::string, Answer>> pending_;  // id -> address, answer
 };
 
 // Filled in each server process once its loop exists (the site is built before the fork).

@@ -18,47 +18,41 @@
 
 namespace corral::http {
 
-// A pooled idle connection watches its socket: the upstream closing it (EOF, or anything
-// unexpected arriving) drops it from the pool.
-struct UpstreamPool::Idle final : core::IoHandler {
-  UpstreamPool* pool = nullptr;
-  std::string path;
-  core::UniqueFd fd;
-  void on_io(uint32_t) override { pool->drop(this); }
-};
+void UpstreamPool::Conn::on_io(uint32_t events) {
+  if (user) {
+    user->on_io(events);
+  } else if (pool) {
+    pool->drop(this);  // idle: the upstream closed it, or sent what nobody asked for
+  }
+}
 
 UpstreamPool::UpstreamPool(core::EventLoop& loop) : loop_(loop) {}
 
 UpstreamPool::~UpstreamPool() {
   for (auto& [path, list] : idle_)
-    for (auto& i : list) loop_.remove(i->fd.get());
+    for (auto& c : list) loop_.remove(c->fd.get());
 }
 
-core::UniqueFd UpstreamPool::take(const std::string& path) {
+std::unique_ptr<UpstreamPool::Conn> UpstreamPool::take(const std::string& path) {
   auto it = idle_.find(path);
   if (it == idle_.end() || it->second.empty()) return {};
-  auto idle = std::move(it->second.back());
+  auto c = std::move(it->second.back());
   it->second.pop_back();
-  core::UniqueFd fd = std::move(idle->fd);  // still registered: the taker modify()s it
-  loop_.destroy_later(std::move(idle));     // an event for it may be queued in this batch
-  return fd;
+  c->pool = nullptr;
+  return c;
 }
 
-void UpstreamPool::give(const std::string& path, core::UniqueFd fd) {
-  auto& list = idle_[path];
+void UpstreamPool::give(std::unique_ptr<Conn> c) {
+  auto& list = idle_[c->path];
   if (list.size() >= kMaxIdlePerPath) {
-    loop_.remove(fd.get());
-    return;  // fd closes here
-  }
-  auto idle = std::make_unique<Idle>();
-  idle->pool = this;
-  idle->path = path;
-  idle->fd = std::move(fd);
-  if (!loop_.modify(idle->fd.get(), EPOLLIN | EPOLLRDHUP, idle.get())) {
-    loop_.remove(idle->fd.get());
+    loop_.remove(c->fd.get());
+    c->fd.reset();
+    loop_.destroy_later(std::move(c));  // an event for it may be queued in this batch
     return;
   }
-  list.push_back(std::move(idle));
+  c->user = nullptr;
+  c->pool = this;
+  list.push_back(std::move(c));
 }
 
 size_t UpstreamPool::idle() const {
@@ -67,13 +61,15 @@ size_t UpstreamPool::idle() const {
   return n;
 }
 
-void UpstreamPool::drop(Idle* i) {
-  auto it = idle_.find(i->path);
+void UpstreamPool::drop(Conn* c) {
+  auto it = idle_.find(c->path);
   if (it == idle_.end()) return;
   auto& list = it->second;
   for (size_t k = 0; k < list.size(); ++k) {
-    if (list[k].get() != i) continue;
-    loop_.remove(i->fd.get());
+    if (list[k].get() != c) continue;
+    loop_.remove(c->fd.get());
+    c->fd.reset();
+    c->pool = nullptr;
     loop_.destroy_later(std::move(list[k]));
     list.erase(list.begin() + static_cast<long>(k));
     break;
@@ -168,30 +164,41 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
     if (path_.size() >= sizeof sun.sun_path) return fail(502, "upstream socket path too long");
     sun.sun_family = AF_UNIX;
     std::memcpy(sun.sun_path, path_.c_str(), path_.size() + 1);
-    if (pool_) fd_ = pool_->take(path_);
-    reused_ = fd_.valid();
-    if (!fd_) {
-      fd_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-      if (!fd_ || ::connect(fd_.get(), reinterpret_cast<sockaddr*>(&sun), sizeof sun) < 0) {
-        if (errno != EAGAIN && errno != EINPROGRESS) return fail(502, "upstream unreachable", true);
+    if (pool_) conn_ = pool_->take(path_);
+    reused_ = conn_ != nullptr;
+    if (!conn_) {
+      conn_ = std::make_unique<UpstreamPool::Conn>();
+      conn_->path = path_;
+      conn_->fd.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+      if (!conn_->fd ||
+          ::connect(conn_->fd.get(), reinterpret_cast<sockaddr*>(&sun), sizeof sun) < 0) {
+        if (errno != EAGAIN && errno != EINPROGRESS) {
+          never_sent_ = true;  // nothing left: safe to try again whatever the method
+          return fail(502, "upstream unreachable", true);
+        }
       }
     }
     // Send the request at once when the socket takes it (a connected Unix socket usually does):
     // then only EPOLLIN is ever needed.
     while (!out_.empty()) {
-      ssize_t n = ::send(fd_.get(), out_.data(), out_.size(), MSG_NOSIGNAL);
+      ssize_t n = ::send(fd(), out_.data(), out_.size(), MSG_NOSIGNAL);
       if (n > 0) {
         out_.consume(static_cast<size_t>(n));
         continue;
       }
       if (n < 0 && (errno == EAGAIN || errno == EINTR || errno == ENOTCONN)) break;
-      close_fd_unregistered();
+      close_fd();
       return fail(502, "upstream write failed", true);
     }
-    interest_ = out_.empty() ? static_cast<uint32_t>(EPOLLIN) : EPOLLIN | EPOLLOUT;
-    if (reused_ ? !loop_.modify(fd_.get(), interest_, this)
-                : !loop_.add(fd_.get(), interest_, this))
+    // A pooled connection is registered already (with kIdleEvents): usually nothing to change.
+    conn_->user = this;
+    uint32_t want = UpstreamPool::kIdleEvents | (out_.empty() ? 0u : uint32_t{EPOLLOUT});
+    if (!reused_) {
+      if (!loop_.add(fd(), want, conn_.get())) return fail(502, "epoll");
+      conn_->interest = want;
+    } else if (!set_interest(want)) {
       return fail(502, "epoll");
+    }
     timer_.arm_after(timeout_ms_);
   }
 
@@ -214,10 +221,7 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
     if (complete_) finish_body();
   }
   void resume() {
-    if (fd_ && !(interest_ & EPOLLIN)) {
-      interest_ |= EPOLLIN;
-      (void)loop_.modify(fd_.get(), interest_, this);
-    }
+    if (conn_ && !(conn_->interest & EPOLLIN)) (void)set_interest(conn_->interest | EPOLLIN);
   }
   void abort() {
     responder_ = nullptr;
@@ -227,25 +231,23 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
 
  private:
   void on_io(uint32_t events) override {
-    if (!fd_) return;
+    if (!conn_) return;
     if (events & EPOLLOUT) {
       while (!out_.empty()) {
-        ssize_t n = ::send(fd_.get(), out_.data(), out_.size(), MSG_NOSIGNAL);
+        ssize_t n = ::send(fd(), out_.data(), out_.size(), MSG_NOSIGNAL);
         if (n > 0) {
           out_.consume(static_cast<size_t>(n));
           continue;
         }
         if (n < 0 && errno == EAGAIN) break;
+        if (n < 0 && errno == ENOTCONN) never_sent_ = true;  // a Unix connect that never completed
         return fail(502, "upstream write failed", !got_bytes_);
       }
-      if (out_.empty()) {
-        interest_ &= ~static_cast<uint32_t>(EPOLLOUT);
-        (void)loop_.modify(fd_.get(), interest_, this);
-      }
+      if (out_.empty()) (void)set_interest(conn_->interest & ~static_cast<uint32_t>(EPOLLOUT));
     }
     if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
       char buf[16384];
-      ssize_t n = ::read(fd_.get(), buf, sizeof buf);
+      ssize_t n = ::read(fd(), buf, sizeof buf);
       if (n > 0) {
         got_bytes_ = true;
         auto self = shared_from_this();  // callbacks may drop the last other owner
@@ -350,8 +352,11 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
   void on_complete() {
     complete_ = true;
     // A whole response on a connection both sides keep: back to the pool for the next request.
-    if (pool_ && fd_ && llhttp_should_keep_alive(&parser_) && out_.empty())
-      pool_->give(path_, std::move(fd_));  // stays registered: the pool modify()s it
+    if (pool_ && conn_ && llhttp_should_keep_alive(&parser_) && out_.empty() &&
+        set_interest(UpstreamPool::kIdleEvents)) {
+      conn_->user = nullptr;
+      pool_->give(std::move(conn_));  // stays registered
+    }
     close_fd();
     if (writer_) finish_body();
   }
@@ -363,10 +368,8 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
   }
 
   void pause_reading() {
-    if (fd_ && (interest_ & EPOLLIN)) {
-      interest_ &= ~static_cast<uint32_t>(EPOLLIN);
-      (void)loop_.modify(fd_.get(), interest_, this);
-    }
+    if (conn_ && (conn_->interest & EPOLLIN))
+      (void)set_interest(conn_->interest & ~static_cast<uint32_t>(EPOLLIN));
   }
 
   void fail(int status, std::string_view why, bool retryable = false) {
@@ -402,21 +405,26 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
   }
 
   // The fd is not ours in the loop yet (a fresh socket) or the pool's registration: drop it.
-  void close_fd_unregistered() {
-    if (reused_ && fd_) loop_.remove(fd_.get());
-    fd_.reset();
+  void close_fd() {
+    if (!conn_) return;
+    if (conn_->fd && conn_->interest) loop_.remove(conn_->fd.get());  // interest: registered
+    conn_->fd.reset();
+    conn_->user = nullptr;
+    loop_.destroy_later(std::move(conn_));  // an event for it may be queued in this batch
   }
 
-  void close_fd() {
-    if (fd_) {
-      loop_.remove(fd_.get());
-      fd_.reset();
-    }
+  int fd() const { return conn_ && conn_->fd ? conn_->fd.get() : -1; }
+
+  bool set_interest(uint32_t want) {
+    if (!conn_ || !conn_->fd) return false;
+    if (want == conn_->interest) return true;
+    conn_->interest = want;
+    return static_cast<bool>(loop_.modify(conn_->fd.get(), want, conn_.get()));
   }
 
   core::EventLoop& loop_;
   UpstreamPool* pool_ = nullptr;
-  bool reused_ = false;  // fd_ came from the pool
+  bool reused_ = false;  // conn_ came from the pool
   std::string request_;  // kept for a retry on a fresh connection
   bool upgrade_requested_ = false;
   bool switching_ = false;
@@ -424,8 +432,7 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
   core::Timer timer_;
   uint32_t timeout_ms_ = 0;
   bool head_request_;
-  core::UniqueFd fd_;
-  uint32_t interest_ = 0;
+  std::unique_ptr<UpstreamPool::Conn> conn_;  // the loop's handler for the socket; events reach us
   core::Buffer out_;
   llhttp_settings_t settings_;
   llhttp_t parser_;
@@ -587,9 +594,11 @@ class RelayUpgrade final : public UpgradeHandler {
 void Upstream::on_switch(std::string upstream_leftover) {
   timer_.cancel();
   head_seen_ = true;
-  loop_.remove(fd_.get());
+  loop_.remove(fd());
+  core::UniqueFd upstream = std::move(conn_->fd);
+  close_fd();
   Response r = Response::upgrade(
-      std::make_unique<RelayUpgrade>(std::move(fd_), std::move(upstream_leftover)));
+      std::make_unique<RelayUpgrade>(std::move(upstream), std::move(upstream_leftover)));
   for (auto& [k, v] : headers_) {
     if (iequals(k, "date") || iequals(k, "server") || iequals(k, "content-length")) continue;
     r.headers.emplace_back(std::move(k), std::move(v));
@@ -694,29 +703,31 @@ class FoundCall final : public DeferredProducer {
   // before answering anything (a worker stopping as the request arrived) is tried once more:
   // the finder then starts a new worker.
   static void attempt(const std::shared_ptr<State>& state) {
-    state->find([st = state](std::string path, std::optional<Response> instead) {
-      if (st->aborted || !st->responder) return;
-      if (instead) {
-        auto* resp = st->responder;
-        st->responder = nullptr;
-        resp->respond(std::move(*instead));
-        return;
-      }
-      st->upstream = make_upstream(*st->loop, std::move(path), st->request, st->timeout_ms,
-                                   st->head, st->upgrade, st->pool);
-      std::weak_ptr<State> weak = st;  // the upstream must not keep its owner alive
-      st->upstream->retry_before_head = [weak] {
-        auto s = weak.lock();
-        if (!s || s->aborted || s->retried) return false;
-        if (!s->idempotent && !(s->upstream && s->upstream->never_sent_)) return false;
-        s->retried = true;
-        s->loop->defer([s] {
-          if (!s->aborted && s->responder) attempt(s);
-        });
-        return true;
-      };
-      st->upstream->start(*st->responder);
-    });
+    state->find(
+        [st = state](std::string path, std::optional<Response> instead) {
+          if (st->aborted || !st->responder) return;
+          if (instead) {
+            auto* resp = st->responder;
+            st->responder = nullptr;
+            resp->respond(std::move(*instead));
+            return;
+          }
+          st->upstream = make_upstream(*st->loop, std::move(path), st->request, st->timeout_ms,
+                                       st->head, st->upgrade, st->pool);
+          std::weak_ptr<State> weak = st;  // the upstream must not keep its owner alive
+          st->upstream->retry_before_head = [weak] {
+            auto s = weak.lock();
+            if (!s || s->aborted || s->retried) return false;
+            if (!s->idempotent && !(s->upstream && s->upstream->never_sent_)) return false;
+            s->retried = true;
+            s->loop->defer([s] {
+              if (!s->aborted && s->responder) attempt(s);
+            });
+            return true;
+          };
+          st->upstream->start(*st->responder);
+        },
+        state->retried);
   }
 
   std::shared_ptr<State> st_;

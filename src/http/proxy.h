@@ -30,23 +30,35 @@ namespace corral::http {
 class UpstreamPool {
  public:
   static constexpr size_t kMaxIdlePerPath = 32;
+  static constexpr uint32_t kIdleEvents = EPOLLIN | EPOLLRDHUP;
+
+  // One connection to an upstream socket. It is registered with the loop for its whole life with
+  // itself as the handler: events go to its current user (the request in flight on it) or, while
+  // it is idle in the pool, drop it. Moving between the pool and its users costs no epoll_ctl.
+  struct Conn final : core::IoHandler {
+    core::UniqueFd fd;
+    core::IoHandler* user = nullptr;
+    UpstreamPool* pool = nullptr;  // set while idle in the pool
+    std::string path;
+    uint32_t interest = 0;  // as registered with the loop
+    void on_io(uint32_t events) override;
+  };
+
   explicit UpstreamPool(core::EventLoop& loop);
   ~UpstreamPool();
   UpstreamPool(const UpstreamPool&) = delete;
   UpstreamPool& operator=(const UpstreamPool&) = delete;
 
-  // An idle connection to `path`, or an invalid fd. A connection stays registered with the loop
-  // while it moves between the pool and its users (they modify() it: one epoll_ctl, not two).
-  core::UniqueFd take(const std::string& path);
-  // `fd` is registered with the loop (by its user).
-  void give(const std::string& path, core::UniqueFd fd);
+  // An idle connection to `path` (registered with the loop, interest kIdleEvents), or null.
+  std::unique_ptr<Conn> take(const std::string& path);
+  // `c` is registered with the loop with interest kIdleEvents and has no user.
+  void give(std::unique_ptr<Conn> c);
   size_t idle() const;
 
  private:
-  struct Idle;
-  void drop(Idle* i);
+  void drop(Conn* c);
   core::EventLoop& loop_;
-  std::map<std::string, std::vector<std::unique_ptr<Idle>>> idle_;
+  std::map<std::string, std::vector<std::unique_ptr<Conn>>, std::less<>> idle_;
 };
 
 struct ProxyOptions {
@@ -63,7 +75,9 @@ Response proxy_to(Request& req, std::string unix_path, ProxyOptions options = {}
 // response to send instead (503 for a failed worker, 403, ...). The request is prepared at once
 // (its bytes copied), so the route's Request may be gone by the time `find` answers.
 using UpstreamAnswer = std::function<void(std::string path, std::optional<Response> instead)>;
-using UpstreamFinder = std::function<void(UpstreamAnswer answer)>;
+// `again`: this request's previous upstream could not be reached or went away before answering
+// (then a finder that caches should look afresh).
+using UpstreamFinder = std::function<void(UpstreamAnswer answer, bool again)>;
 Response proxy_found(Request& req, UpstreamFinder find, ProxyOptions options = {});
 
 }  // namespace corral::http

@@ -454,6 +454,46 @@ def test_stop(corral, worker_kind):
     assert c.ctl("stop", "counter:nothing").returncode == 1
 
 
+def test_server_process_caches_the_socket_and_forgets_it_on_stop(corral):
+    """A running worker's socket is cached in the server process: a burst of requests costs about
+    one resolve message to the supervisor per second, not one per request. A stop makes the
+    supervisor tell the process to forget it, so the next request starts a new worker at once
+    (no stale socket tried)."""
+    c = corral("cpp" if os.access(CPP_WORKER, os.X_OK) else "py")
+
+    def proxy_report():
+        status, body = c.control("GET", "/processes")
+        assert status == 200, body
+        procs = [p for p in json.loads(body)["processes"] if p.get("proxy")]
+        return procs[0]["proxy"] if len(procs) == 1 else None
+
+    before = poll(proxy_report, 5, what="the server process's proxy report")
+    t0 = time.monotonic()
+    conn = http.client.HTTPConnection(c.srv.host, c.srv.port, timeout=10)
+    for _ in range(200):
+        conn.request("GET", "/counter/k/")
+        r = conn.getresponse()
+        assert r.status == 200
+        r.read()
+    conn.close()
+    elapsed = time.monotonic() - t0
+    # the next report (every second) counts them
+    after = poll(lambda: (r := proxy_report()) and r["resolves"] > before["resolves"] and r, 5,
+                 what="a report after the requests")
+    time.sleep(1.2)
+    after = proxy_report()
+    resolves = after["resolves"] - before["resolves"]
+    assert 1 <= resolves <= elapsed + 2, (resolves, elapsed)
+    assert after["idle_upstreams"] >= 1, after
+    pid = c.running_pid("counter:k")
+    assert c.ctl("stop", "counter:k").returncode == 0
+    c.wait_gone("counter:k")
+    # expired entries are only dropped when looked up: 0 here means the supervisor said forget
+    poll(lambda: proxy_report()["cached"] == 0, 5, what="the cached socket forgotten")
+    assert c.get("/counter/k/")[0] == 200
+    assert c.running_pid("counter:k") != pid
+
+
 def test_many_addresses_at_once(corral, worker_kind):
     n = 50
     c = corral(worker_kind, idle="1s")

@@ -133,7 +133,13 @@ TEST_F(Proxy, ADeadPooledConnectionIsReplacedTransparently) {
   int sv[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
   ::close(sv[1]);  // the "upstream" already closed this one
-  pool_.give(path_, core::UniqueFd(sv[0]));
+  auto dead = std::make_unique<UpstreamPool::Conn>();
+  dead->fd.reset(sv[0]);
+  dead->path = path_;
+  dead->interest = UpstreamPool::kIdleEvents;
+  ASSERT_TRUE(loop_.add(sv[0], dead->interest, dead.get()));
+  pool_.give(std::move(dead));
+  ASSERT_EQ(pool_.idle(), 1u);
   auto got = exchange(
       "POST /pooled/echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\nok", "\r\n\r\nok");
   EXPECT_NE(got.find("HTTP/1.1 200"), std::string::npos) << got;
