@@ -78,9 +78,10 @@ void add_worker_proxy_routes(http::SiteBuilder& site, const std::vector<WorkerKi
         options.pool = slot->pool;
         options.target = "/" + req.wildcard;
         if (!req.query.empty()) options.target.append("?").append(req.query);
-        options.add_headers = {{"Corral-Remote-Address", req.remote_address},
-                               {"Corral-Address", address}};
-        if (req.principal) options.add_headers.emplace_back("Corral-Principal", req.principal->id);
+        options.extra_headers.reserve(96);
+        options.add_header("Corral-Remote-Address", req.remote_address)
+            .add_header("Corral-Address", address);
+        if (req.principal) options.add_header("Corral-Principal", req.principal->id);
         // The worker sees the part of the path the route's '*' matched ("/doc/42/edit" with
         // "/doc/{id}/*" -> "/edit"), with the query: its routes are relative to its address.
         LinkResolver* resolver = slot->resolver;
@@ -89,12 +90,7 @@ void add_worker_proxy_routes(http::SiteBuilder& site, const std::vector<WorkerKi
             [resolver, address](http::UpstreamAnswer answer, bool again) {
               // Again: the socket it gave last time did not answer (a stale cached path to a
               // stopped worker, or one that went away): ask the supervisor, not the cache.
-              resolver->resolve(
-                  address,
-                  [answer](std::string path, std::optional<http::Response> instead) {
-                    answer(std::move(path), std::move(instead));
-                  },
-                  again);
+              resolver->resolve(address, std::move(answer), again);
             },
             std::move(options));
       });

@@ -94,9 +94,27 @@ bool hop_by_hop(std::string_view name) {
   return false;
 }
 
+// Response headers the proxy does not pass on: hop-by-hop, the framing, and those the front adds
+// itself (Date, Server and the default security headers).
+bool dropped_response_header(std::string_view name) {
+  return hop_by_hop(name) || iequals(name, "content-length") || iequals(name, "date") ||
+         iequals(name, "server") || iequals(name, "x-content-type-options") ||
+         iequals(name, "referrer-policy");
+}
+
 bool corral_header(std::string_view name) {
   return name.size() >= 7 && iequals(name.substr(0, 7), "corral-");
 }
+
+// Asked before answering 502 for an upstream that could not be reached or closed before sending
+// anything: true means the owner tries again (the Upstream then stays silent). Only asked while
+// the Upstream still has its Responder, so while its owner (the deferred producer) lives.
+struct RetryHook {
+  virtual bool retry_before_head() = 0;
+
+ protected:
+  ~RetryHook() = default;
+};
 
 // The upstream exchange. shared: the DeferredProducer owns it until the head arrives, then the
 // StreamProducer that carries the body does; either may be dropped first by the connection.
@@ -110,8 +128,7 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
         path_(std::move(path)),
         timer_(loop.timers(), [this] { fail(504, "upstream response timeout"); }),
         head_request_(head) {
-    out_.append(request);
-    if (pool_) request_ = request;
+    request_ = std::move(request);
     llhttp_settings_init(&settings_);
     settings_.on_status = nullptr;
     settings_.on_header_field = [](llhttp_t* p, const char* at, size_t n) {
@@ -130,8 +147,12 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
     };
     settings_.on_header_value_complete = [](llhttp_t* p) {
       auto* u = static_cast<Upstream*>(p->data);
-      u->headers_.emplace_back(u->field_, u->value_);
       u->value_done_ = true;
+      if (iequals(u->field_, "content-type")) {
+        u->content_type_ = u->value_;
+      } else if (u->upgrade_requested_ || !dropped_response_header(u->field_)) {
+        u->headers_.emplace_back(u->field_, u->value_);  // an upgrade keeps all (on_switch)
+      }
       return 0;
     };
     settings_.on_headers_complete = [](llhttp_t* p) {
@@ -180,10 +201,10 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
     }
     // Send the request at once when the socket takes it (a connected Unix socket usually does):
     // then only EPOLLIN is ever needed.
-    while (!out_.empty()) {
-      ssize_t n = ::send(fd(), out_.data(), out_.size(), MSG_NOSIGNAL);
+    while (unsent() > 0) {
+      ssize_t n = ::send(fd(), request_.data() + sent_, unsent(), MSG_NOSIGNAL);
       if (n > 0) {
-        out_.consume(static_cast<size_t>(n));
+        sent_ += static_cast<size_t>(n);
         continue;
       }
       if (n < 0 && (errno == EAGAIN || errno == EINTR || errno == ENOTCONN)) break;
@@ -192,7 +213,7 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
     }
     // A pooled connection is registered already (with kIdleEvents): usually nothing to change.
     conn_->user = this;
-    uint32_t want = UpstreamPool::kIdleEvents | (out_.empty() ? 0u : uint32_t{EPOLLOUT});
+    uint32_t want = UpstreamPool::kIdleEvents | (unsent() == 0 ? 0u : uint32_t{EPOLLOUT});
     if (!reused_) {
       if (!loop_.add(fd(), want, conn_.get())) return fail(502, "epoll");
       conn_->interest = want;
@@ -205,7 +226,7 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
   // The body's side, once the head was passed on.
   // Asked before answering 502 for an upstream that could not be reached or closed before
   // sending anything: returning true means the caller tries again (this one then stays silent).
-  std::function<bool()> retry_before_head;
+  RetryHook* retry_hook = nullptr;
 
   void attach_writer(StreamWriter* w) {
     writer_ = w;
@@ -233,17 +254,17 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
   void on_io(uint32_t events) override {
     if (!conn_) return;
     if (events & EPOLLOUT) {
-      while (!out_.empty()) {
-        ssize_t n = ::send(fd(), out_.data(), out_.size(), MSG_NOSIGNAL);
+      while (unsent() > 0) {
+        ssize_t n = ::send(fd(), request_.data() + sent_, unsent(), MSG_NOSIGNAL);
         if (n > 0) {
-          out_.consume(static_cast<size_t>(n));
+          sent_ += static_cast<size_t>(n);
           continue;
         }
         if (n < 0 && errno == EAGAIN) break;
         if (n < 0 && errno == ENOTCONN) never_sent_ = true;  // a Unix connect that never completed
         return fail(502, "upstream write failed", !got_bytes_);
       }
-      if (out_.empty()) (void)set_interest(conn_->interest & ~static_cast<uint32_t>(EPOLLOUT));
+      if (unsent() == 0) (void)set_interest(conn_->interest & ~static_cast<uint32_t>(EPOLLOUT));
     }
     if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
       char buf[16384];
@@ -252,6 +273,7 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
         got_bytes_ = true;
         auto self = shared_from_this();  // callbacks may drop the last other owner
         llhttp_errno_t err = llhttp_execute(&parser_, buf, static_cast<size_t>(n));
+        if (head_waits_ && (err == HPE_OK || complete_)) answer_head();
         if (switching_ && err == HPE_PAUSED_UPGRADE) {
           const char* end = llhttp_get_error_pos(&parser_);
           on_switch(std::string(end, static_cast<size_t>(buf + n - end)));
@@ -284,27 +306,39 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
     int status = parser_.status_code;
     Response r;
     r.status = status;
-    std::string content_type;
-    for (auto& [k, v] : headers_) {
-      // The front adds its own Date, Server and default security headers.
-      if (hop_by_hop(k) || iequals(k, "content-length") || iequals(k, "date") ||
-          iequals(k, "server") || iequals(k, "x-content-type-options") ||
-          iequals(k, "referrer-policy"))
-        continue;
-      if (iequals(k, "content-type")) {
-        content_type = v;
-        continue;
-      }
-      r.headers.emplace_back(std::move(k), std::move(v));
-    }
-    std::optional<uint64_t> length;
-    if ((parser_.flags & F_CONTENT_LENGTH) && !head_request_) length = parser_.content_length;
+    for (auto& [k, v] : headers_)
+      if (!dropped_response_header(k)) r.headers.emplace_back(std::move(k), std::move(v));
+    headers_.clear();
     bool no_body = head_request_ || status == 204 || status == 304 || status < 200;
     if (no_body) {
-      r.set_content_type(content_type);
+      r.set_content_type(std::move(content_type_));
       if (head_request_ && (parser_.flags & F_CONTENT_LENGTH))
         r.header("Content-Length", std::to_string(parser_.content_length));
       respond(std::move(r));
+      return;
+    }
+    pending_head_ = std::move(r);
+    if (parser_.flags & F_CONTENT_LENGTH) {
+      length_ = parser_.content_length;  // llhttp counts it down as the body comes
+      // A body of known length often came in the same read as the head: see after this read
+      // (answer_head) whether it is whole, and answer it as plain bytes if so.
+      head_waits_ = true;
+      return;
+    }
+    answer_head();  // chunked or until close: streamed
+  }
+
+  // The head is in; the body is whole (one response, the connection back to the pool already)
+  // or still coming (a stream that carries it, with backpressure).
+  void answer_head() {
+    head_waits_ = false;
+    Response r = std::move(pending_head_);
+    std::string_view type =
+        content_type_.empty() ? std::string_view("application/octet-stream") : content_type_;
+    if (complete_) {
+      Response whole = Response::bytes(std::move(pending_body_), type, r.status);
+      whole.headers = std::move(r.headers);
+      respond(std::move(whole));
       return;
     }
     class Body final : public StreamProducer {
@@ -323,10 +357,8 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
      private:
       std::shared_ptr<Upstream> u_;
     };
-    auto body =
-        Response::stream(std::make_unique<Body>(shared_from_this()),
-                         content_type.empty() ? "application/octet-stream" : content_type, length);
-    body.status = status;
+    auto body = Response::stream(std::make_unique<Body>(shared_from_this()), type, length_);
+    body.status = r.status;
     body.headers = std::move(r.headers);
     respond(std::move(body));
   }
@@ -352,7 +384,7 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
   void on_complete() {
     complete_ = true;
     // A whole response on a connection both sides keep: back to the pool for the next request.
-    if (pool_ && conn_ && llhttp_should_keep_alive(&parser_) && out_.empty() &&
+    if (pool_ && conn_ && llhttp_should_keep_alive(&parser_) && unsent() == 0 &&
         set_interest(UpstreamPool::kIdleEvents)) {
       conn_->user = nullptr;
       pool_->give(std::move(conn_));  // stays registered
@@ -381,15 +413,14 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
       reused_ = false;
       pool_ = nullptr;
       got_bytes_ = false;
-      out_.clear();
-      out_.append(request_);
+      sent_ = 0;
       llhttp_init(&parser_, HTTP_RESPONSE, &settings_);
       parser_.data = this;
       auto* r = responder_;
       loop_.defer([self = shared_from_this(), r] { self->start(*r); });
       return;
     }
-    if (retryable && !head_seen_ && responder_ && retry_before_head && retry_before_head()) {
+    if (retryable && !head_seen_ && responder_ && retry_hook && retry_hook->retry_before_head()) {
       responder_ = nullptr;  // the next attempt answers
       return;
     }
@@ -425,7 +456,7 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
   core::EventLoop& loop_;
   UpstreamPool* pool_ = nullptr;
   bool reused_ = false;  // conn_ came from the pool
-  std::string request_;  // kept for a retry on a fresh connection
+  std::string request_;  // sent from sent_; kept whole for a retry on a fresh connection
   bool upgrade_requested_ = false;
   bool switching_ = false;
   std::string path_;
@@ -433,12 +464,17 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
   uint32_t timeout_ms_ = 0;
   bool head_request_;
   std::unique_ptr<UpstreamPool::Conn> conn_;  // the loop's handler for the socket; events reach us
-  core::Buffer out_;
+  size_t sent_ = 0;                           // of request_
+  size_t unsent() const { return request_.size() - sent_; }
   llhttp_settings_t settings_;
   llhttp_t parser_;
   std::string field_, value_;
   bool value_done_ = true;
-  std::vector<std::pair<std::string, std::string>> headers_;
+  std::vector<std::pair<std::string, std::string>> headers_;  // those passed on (all for a 101)
+  std::string content_type_;
+  Response pending_head_;  // built, not answered yet (head_waits_)
+  bool head_waits_ = false;
+  std::optional<uint64_t> length_;  // the body's, from Content-Length
   bool head_seen_ = false;
   bool got_bytes_ = false;  // the upstream sent something (then a retry could repeat its work)
  public:
@@ -631,7 +667,7 @@ bool is_upgrade(const Request& req) {
 
 std::string prepare_request(const Request& req, const ProxyOptions& options) {
   std::string r;
-  r.reserve(256 + req.target.size() + req.body.size());
+  r.reserve(256 + req.target.size() + options.extra_headers.size() + req.body.size());
   std::string_view target = options.target.empty() ? req.target : options.target;
   r.append(req.method_name).append(" ").append(target).append(" HTTP/1.1\r\n");
   // The upstream is on a Unix socket reached only through us: it sees Host: localhost (its own
@@ -644,7 +680,7 @@ std::string prepare_request(const Request& req, const ProxyOptions& options) {
       continue;
     r.append(h.name).append(": ").append(h.value).append("\r\n");
   }
-  for (const auto& [k, v] : options.add_headers) r.append(k).append(": ").append(v).append("\r\n");
+  r.append(options.extra_headers);
   if (!req.body.empty() || req.method == Method::kPost || req.method == Method::kPut ||
       req.method == Method::kPatch)
     r.append("Content-Length: ").append(std::to_string(req.body.size())).append("\r\n");
@@ -673,7 +709,17 @@ std::shared_ptr<Upstream> make_upstream(core::EventLoop& loop, std::string path,
 // after the connection dropped this producer (the client left): then it is ignored.
 class FoundCall final : public DeferredProducer {
  public:
-  struct State {
+  struct State final : RetryHook, std::enable_shared_from_this<State> {
+    // An idempotent request, or one that never left (the connect failed), is tried once more.
+    bool retry_before_head() override {
+      if (aborted || retried) return false;
+      if (!idempotent && !(upstream && upstream->never_sent_)) return false;
+      retried = true;
+      loop->defer([s = shared_from_this()] {
+        if (!s->aborted && s->responder) attempt(s);
+      });
+      return true;
+    }
     core::EventLoop* loop;
     std::string request;
     uint32_t timeout_ms;
@@ -714,17 +760,7 @@ class FoundCall final : public DeferredProducer {
           }
           st->upstream = make_upstream(*st->loop, std::move(path), st->request, st->timeout_ms,
                                        st->head, st->upgrade, st->pool);
-          std::weak_ptr<State> weak = st;  // the upstream must not keep its owner alive
-          st->upstream->retry_before_head = [weak] {
-            auto s = weak.lock();
-            if (!s || s->aborted || s->retried) return false;
-            if (!s->idempotent && !(s->upstream && s->upstream->never_sent_)) return false;
-            s->retried = true;
-            s->loop->defer([s] {
-              if (!s->aborted && s->responder) attempt(s);
-            });
-            return true;
-          };
+          st->upstream->retry_hook = st.get();  // not owning: the upstream may outlive it
           st->upstream->start(*st->responder);
         },
         state->retried);

@@ -63,7 +63,11 @@ class UpstreamPool {
 
 struct ProxyOptions {
   UpstreamPool* pool = nullptr;  // null: one connection per request (Connection: close)
-  std::vector<std::pair<std::string, std::string>> add_headers;  // e.g. Corral-Remote-Address
+  std::string extra_headers;     // added to the request: "Name: value\r\n" lines (add_header)
+  ProxyOptions& add_header(std::string_view name, std::string_view value) {
+    extra_headers.append(name).append(": ").append(value).append("\r\n");
+    return *this;
+  }
   uint32_t response_timeout_ms = 60'000;  // until the upstream's response head
   std::string target;  // the request target the upstream sees; empty: the client's
 };

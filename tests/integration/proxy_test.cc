@@ -51,9 +51,9 @@ class Proxy : public ::testing::Test {
     SiteBuilder fr;
     fr.route("/p/*", [this](Request& req) {
       // The upstream sees the path after /p.
-      return proxy_to(req, path_,
-                      {.add_headers = {{"Corral-Remote-Address", req.remote_address}},
-                       .target = "/" + req.wildcard});
+      ProxyOptions o{.target = "/" + req.wildcard};
+      o.add_header("Corral-Remote-Address", req.remote_address);
+      return proxy_to(req, path_, std::move(o));
     });
     fr.route("/pooled/*", [this](Request& req) {
       return proxy_to(req, path_, {.pool = &pool_, .target = "/" + req.wildcard});
