@@ -99,13 +99,15 @@ void EventLoop::update_time() {
 
 void EventLoop::run_deferred() {
   // Deferred functions may defer more; loop until quiet.
+  // The lists are swapped with spares, not moved out: their capacity stays, so a round that
+  // defers something allocates nothing.
   while (!deferred_.empty() || !graveyard_.empty()) {
-    auto fns = std::move(deferred_);
-    deferred_.clear();
-    for (auto& fn : fns) fn();
-    auto dead = std::move(graveyard_);
-    graveyard_.clear();
-    for (auto& [p, del] : dead) del(p);
+    running_.swap(deferred_);
+    for (auto& fn : running_) fn();
+    running_.clear();
+    dying_.swap(graveyard_);
+    for (auto& [p, del] : dying_) del(p);
+    dying_.clear();
   }
 }
 

@@ -55,6 +55,19 @@ void UpstreamPool::give(std::unique_ptr<Conn> c) {
   list.push_back(std::move(c));
 }
 
+void UpstreamPool::send_soon(Conn* c) {
+  to_send_.push_back(c);
+  if (to_send_.size() > 1) return;  // the flush is scheduled
+  loop_.defer([this] {
+    // Conns closed this round are still alive (destroyed after the deferred functions) and have
+    // no user any more.
+    sending_.swap(to_send_);
+    for (Conn* c : sending_)
+      if (c->user && c->fd) c->user->on_io(EPOLLOUT);
+    sending_.clear();
+  });
+}
+
 size_t UpstreamPool::idle() const {
   size_t n = 0;
   for (const auto& [path, list] : idle_) n += list.size();
@@ -126,33 +139,51 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
         pool_(upgrade ? nullptr : pool),
         upgrade_requested_(upgrade),
         path_(std::move(path)),
-        timer_(loop.timers(), [this] { fail(504, "upstream response timeout"); }),
+        timer_(loop.timers(),
+               [this] {
+                 auto self = shared_from_this();  // answering may drop the last other owner
+                 fail(504, "upstream response timeout");
+               }),
         head_request_(head) {
     request_ = std::move(request);
     llhttp_settings_init(&settings_);
     settings_.on_status = nullptr;
+    // A header's name is a view into the read buffer while it arrives in one piece (it nearly
+    // always does); one split across reads is copied (keep_name). Only the values of headers
+    // that are passed on are kept.
     settings_.on_header_field = [](llhttp_t* p, const char* at, size_t n) {
       auto* u = static_cast<Upstream*>(p->data);
-      if (u->value_done_) {
-        u->field_.clear();
-        u->value_.clear();
-        u->value_done_ = false;
+      if (u->name_.empty()) {
+        u->name_ = {at, n};
+      } else {
+        u->keep_name();
+        u->name_copy_.append(at, n);
+        u->name_ = u->name_copy_;
       }
-      u->field_.append(at, n);
+      return 0;
+    };
+    settings_.on_header_field_complete = [](llhttp_t* p) {
+      auto* u = static_cast<Upstream*>(p->data);
+      u->is_type_ = iequals(u->name_, "content-type");
+      u->keep_ = !u->is_type_ && (u->upgrade_requested_ || !dropped_response_header(u->name_));
+      if (u->keep_) u->headers_.emplace_back(u->name_, std::string());  // an upgrade keeps all
+      if (u->is_type_) u->content_type_.clear();
       return 0;
     };
     settings_.on_header_value = [](llhttp_t* p, const char* at, size_t n) {
-      static_cast<Upstream*>(p->data)->value_.append(at, n);
+      auto* u = static_cast<Upstream*>(p->data);
+      if (u->keep_) {
+        u->headers_.back().second.append(at, n);
+      } else if (u->is_type_) {
+        u->content_type_.append(at, n);
+      }
       return 0;
     };
     settings_.on_header_value_complete = [](llhttp_t* p) {
       auto* u = static_cast<Upstream*>(p->data);
-      u->value_done_ = true;
-      if (iequals(u->field_, "content-type")) {
-        u->content_type_ = u->value_;
-      } else if (u->upgrade_requested_ || !dropped_response_header(u->field_)) {
-        u->headers_.emplace_back(u->field_, u->value_);  // an upgrade keeps all (on_switch)
-      }
+      u->name_ = {};
+      u->name_copy_.clear();
+      u->keep_ = u->is_type_ = false;
       return 0;
     };
     settings_.on_headers_complete = [](llhttp_t* p) {
@@ -199,8 +230,16 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
         }
       }
     }
-    // Send the request at once when the socket takes it (a connected Unix socket usually does):
-    // then only EPOLLIN is ever needed.
+    if (reused_) {
+      // A pooled connection, registered already: the request goes out with the others of this
+      // loop round (UpstreamPool::send_soon), so the upstream wakes once for the lot.
+      conn_->user = this;
+      timer_.arm_after(timeout_ms_);
+      pool_->send_soon(conn_.get());
+      return;
+    }
+    // A fresh connection: send the request at once when the socket takes it (a connected Unix
+    // socket usually does); then only EPOLLIN is ever needed.
     while (unsent() > 0) {
       ssize_t n = ::send(fd(), request_.data() + sent_, unsent(), MSG_NOSIGNAL);
       if (n > 0) {
@@ -211,15 +250,10 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
       close_fd();
       return fail(502, "upstream write failed", true);
     }
-    // A pooled connection is registered already (with kIdleEvents): usually nothing to change.
     conn_->user = this;
     uint32_t want = UpstreamPool::kIdleEvents | (unsent() == 0 ? 0u : uint32_t{EPOLLOUT});
-    if (!reused_) {
-      if (!loop_.add(fd(), want, conn_.get())) return fail(502, "epoll");
-      conn_->interest = want;
-    } else if (!set_interest(want)) {
-      return fail(502, "epoll");
-    }
+    if (!loop_.add(fd(), want, conn_.get())) return fail(502, "epoll");
+    conn_->interest = want;
     timer_.arm_after(timeout_ms_);
   }
 
@@ -264,7 +298,9 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
         if (n < 0 && errno == ENOTCONN) never_sent_ = true;  // a Unix connect that never completed
         return fail(502, "upstream write failed", !got_bytes_);
       }
-      if (unsent() == 0) (void)set_interest(conn_->interest & ~static_cast<uint32_t>(EPOLLOUT));
+      // Also reached from UpstreamPool::send_soon's flush, without EPOLLOUT registered.
+      (void)set_interest(unsent() == 0 ? conn_->interest & ~static_cast<uint32_t>(EPOLLOUT)
+                                       : conn_->interest | EPOLLOUT);
     }
     if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
       char buf[16384];
@@ -273,6 +309,7 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
         got_bytes_ = true;
         auto self = shared_from_this();  // callbacks may drop the last other owner
         llhttp_errno_t err = llhttp_execute(&parser_, buf, static_cast<size_t>(n));
+        if (!name_.empty()) keep_name();  // a name cut by the end of this read
         if (head_waits_ && (err == HPE_OK || complete_)) answer_head();
         if (switching_ && err == HPE_PAUSED_UPGRADE) {
           const char* end = llhttp_get_error_pos(&parser_);
@@ -336,7 +373,12 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
     std::string_view type =
         content_type_.empty() ? std::string_view("application/octet-stream") : content_type_;
     if (complete_) {
-      Response whole = Response::bytes(std::move(pending_body_), type, r.status);
+      Response whole = Response::bytes(std::move(pending_body_), {}, r.status);
+      if (content_type_.empty()) {
+        whole.set_content_type_static("application/octet-stream");
+      } else {
+        whole.set_content_type(std::move(content_type_));
+      }
       whole.headers = std::move(r.headers);
       respond(std::move(whole));
       return;
@@ -468,8 +510,16 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
   size_t unsent() const { return request_.size() - sent_; }
   llhttp_settings_t settings_;
   llhttp_t parser_;
-  std::string field_, value_;
-  bool value_done_ = true;
+  std::string_view name_;  // of the header being parsed (a view into the read, or name_copy_)
+  std::string name_copy_;  // a name split across reads
+  bool keep_ = false;      // the header being parsed is passed on
+  bool is_type_ = false;   // ... or is Content-Type
+  void keep_name() {       // name_ must outlive the read it points into
+    if (name_.data() != name_copy_.data()) {
+      name_copy_.assign(name_);
+      name_ = name_copy_;
+    }
+  }
   std::vector<std::pair<std::string, std::string>> headers_;  // those passed on (all for a 101)
   std::string content_type_;
   Response pending_head_;  // built, not answered yet (head_waits_)
@@ -699,10 +749,10 @@ std::string prepare_request(const Request& req, const ProxyOptions& options) {
 std::shared_ptr<Upstream> make_upstream(core::EventLoop& loop, std::string path,
                                         std::string request, uint32_t timeout_ms, bool head,
                                         bool upgrade, UpstreamPool* pool = nullptr) {
-  // Freed after the loop's dispatch round: an event for its socket may be queued in this batch.
-  return std::shared_ptr<Upstream>(
-      new Upstream(loop, std::move(path), std::move(request), timeout_ms, head, upgrade, pool),
-      [&loop](Upstream* u) { loop.destroy_later(std::unique_ptr<Upstream>(u)); });
+  // Its socket's events go through an UpstreamPool::Conn, which outlives it to the end of the
+  // loop's dispatch round (close_fd): the Upstream itself can go at once.
+  return std::make_shared<Upstream>(loop, std::move(path), std::move(request), timeout_ms, head,
+                                    upgrade, pool);
 }
 
 // Finds the upstream, then proxies. The state is shared with the finder's answer, which may come

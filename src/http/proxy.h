@@ -54,9 +54,13 @@ class UpstreamPool {
   // `c` is registered with the loop with interest kIdleEvents and has no user.
   void give(std::unique_ptr<Conn> c);
   size_t idle() const;
+  // `c`'s user sends its request after this loop round's dispatch (its on_io(EPOLLOUT)): the
+  // requests of one round leave together, and the upstream wakes once for them, not once each.
+  void send_soon(Conn* c);
 
  private:
   void drop(Conn* c);
+  std::vector<Conn*> to_send_, sending_;
   core::EventLoop& loop_;
   std::map<std::string, std::vector<std::unique_ptr<Conn>>, std::less<>> idle_;
 };
