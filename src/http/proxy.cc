@@ -52,20 +52,37 @@ void UpstreamPool::give(std::unique_ptr<Conn> c) {
   }
   c->user = nullptr;
   c->pool = this;
+  c->tail = nullptr;
+  c->depth = 0;
+  c->pipelinable = false;
+  c->scheduled = false;
+  c->out.clear();
+  c->out_sent = 0;
   list.push_back(std::move(c));
 }
 
 void UpstreamPool::send_soon(Conn* c) {
+  if (c->scheduled) return;
+  c->scheduled = true;
   to_send_.push_back(c);
   if (to_send_.size() > 1) return;  // the flush is scheduled
   loop_.defer([this] {
     // Conns closed this round are still alive (destroyed after the deferred functions) and have
     // no user any more.
     sending_.swap(to_send_);
+    for (Conn* c : sending_) c->scheduled = false;
     for (Conn* c : sending_)
       if (c->user && c->fd) c->user->on_io(EPOLLOUT);
     sending_.clear();
   });
+}
+
+UpstreamPool::Conn* UpstreamPool::joinable(std::string_view path) {
+  for (Conn* c : to_send_)
+    if (c->scheduled && c->pipelinable && c->reusable && c->user && c->fd && c->tail &&
+        c->depth < kMaxPipeline && c->path == path)
+      return c;
+  return nullptr;
 }
 
 size_t UpstreamPool::idle() const {
@@ -131,18 +148,32 @@ struct RetryHook {
 
 // The upstream exchange. shared: the DeferredProducer owns it until the head arrives, then the
 // StreamProducer that carries the body does; either may be dropped first by the connection.
+//
+// Pipelining: a GET or HEAD without a body may join a pooled connection whose requests leave in
+// this loop round (UpstreamPool::joinable), behind the last request on it: that one then owns
+// it through next_. The request that owns the connection (conn_) reads from it; when its response
+// ends, it hands the connection and the bytes after its response to next_. A response that turns
+// out to be a stream, or has not ended after kStallMs, would hold the requests behind it: they
+// are sent again elsewhere (rescue) and the connection is closed after that response. If the
+// connection fails, those behind are sent again on a fresh one (they never got a byte).
 class Upstream final : public core::IoHandler, public std::enable_shared_from_this<Upstream> {
  public:
   Upstream(core::EventLoop& loop, std::string path, std::string request, uint32_t timeout_ms,
-           bool head, bool upgrade = false, UpstreamPool* pool = nullptr)
+           bool head, bool upgrade = false, UpstreamPool* pool = nullptr, bool pipelinable = false)
       : loop_(loop),
         pool_(upgrade ? nullptr : pool),
         upgrade_requested_(upgrade),
+        pipelinable_(pipelinable && !upgrade),
         path_(std::move(path)),
         timer_(loop.timers(),
                [this] {
                  auto self = shared_from_this();  // answering may drop the last other owner
                  fail(504, "upstream response timeout");
+               }),
+        stall_(loop.timers(),
+               [this] {
+                 auto self = shared_from_this();
+                 rescue_behind();
                }),
         head_request_(head) {
     request_ = std::move(request);
@@ -201,8 +232,10 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
     };
     settings_.on_message_complete = [](llhttp_t* p) {
       auto* u = static_cast<Upstream*>(p->data);
-      if (!u->switching_) u->on_complete();  // a 101 "completes" at once: the socket goes on
-      return 0;
+      if (u->switching_) return 0;  // a 101 "completes" at once: the socket goes on
+      u->complete_ = true;
+      // What follows is the next pipelined request's response (feed), or nobody's.
+      return static_cast<int>(HPE_PAUSED);
     };
     llhttp_init(&parser_, HTTP_RESPONSE, &settings_);
     parser_.data = this;
@@ -212,6 +245,20 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
 
   void start(Responder& responder) {
     responder_ = &responder;
+    timer_.arm_after(timeout_ms_);
+    if (pool_ && pipelinable_) {
+      if (UpstreamPool::Conn* c = pool_->joinable(path_)) {
+        // Behind the last request on it; the owner of the connection sends ours with its own.
+        auto* tail = static_cast<Upstream*>(c->tail);
+        tail->next_ = shared_from_this();
+        c->tail = this;
+        ++c->depth;
+        c->out.append(request_);
+        reused_ = true;  // a connection that fails before answering us: sent again (fail)
+        if (tail->conn_ && !tail->stall_.armed()) tail->stall_.arm_after(UpstreamPool::kStallMs);
+        return;
+      }
+    }
     sockaddr_un sun{};
     if (path_.size() >= sizeof sun.sun_path) return fail(502, "upstream socket path too long");
     sun.sun_family = AF_UNIX;
@@ -229,43 +276,30 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
           return fail(502, "upstream unreachable", true);
         }
       }
+      if (!loop_.add(fd(), UpstreamPool::kIdleEvents, conn_.get())) return fail(502, "epoll");
+      conn_->interest = UpstreamPool::kIdleEvents;
     }
-    if (reused_) {
-      // A pooled connection, registered already: the request goes out with the others of this
-      // loop round (UpstreamPool::send_soon), so the upstream wakes once for the lot.
-      conn_->user = this;
-      timer_.arm_after(timeout_ms_);
+    conn_->user = this;
+    conn_->tail = this;
+    conn_->depth = 1;
+    conn_->pipelinable = pipelinable_;
+    conn_->out.append(request_);
+    if (pool_) {
+      // The request goes out with the others of this loop round (UpstreamPool::send_soon), so
+      // the upstream wakes once for the lot, and GETs of the round can be pipelined behind it.
       pool_->send_soon(conn_.get());
       return;
     }
-    // A fresh connection: send the request at once when the socket takes it (a connected Unix
-    // socket usually does); then only EPOLLIN is ever needed.
-    while (unsent() > 0) {
-      ssize_t n = ::send(fd(), request_.data() + sent_, unsent(), MSG_NOSIGNAL);
-      if (n > 0) {
-        sent_ += static_cast<size_t>(n);
-        continue;
-      }
-      if (n < 0 && (errno == EAGAIN || errno == EINTR || errno == ENOTCONN)) break;
-      close_fd();
-      return fail(502, "upstream write failed", true);
-    }
-    conn_->user = this;
-    uint32_t want = UpstreamPool::kIdleEvents | (unsent() == 0 ? 0u : uint32_t{EPOLLOUT});
-    if (!loop_.add(fd(), want, conn_.get())) return fail(502, "epoll");
-    conn_->interest = want;
-    timer_.arm_after(timeout_ms_);
+    on_io(EPOLLOUT);  // sends at once
   }
 
-  // The body's side, once the head was passed on.
-  // Asked before answering 502 for an upstream that could not be reached or closed before
-  // sending anything: returning true means the caller tries again (this one then stays silent).
   RetryHook* retry_hook = nullptr;
 
+  // The body's side, once the head was passed on.
   void attach_writer(StreamWriter* w) {
     writer_ = w;
     if (!w) {  // the client is gone
-      close_fd();
+      abort();
       return;
     }
     if (!pending_body_.empty()) {
@@ -278,9 +312,14 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
   void resume() {
     if (conn_ && !(conn_->interest & EPOLLIN)) (void)set_interest(conn_->interest | EPOLLIN);
   }
+  // The client is gone. A request still behind another on a pipelined connection stays there
+  // and reads its response to nothing; one that owns the connection closes it (those behind it
+  // are sent again elsewhere).
   void abort() {
     responder_ = nullptr;
     writer_ = nullptr;
+    discard_ = true;
+    pending_body_.clear();
     close_fd();
   }
 
@@ -288,41 +327,41 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
   void on_io(uint32_t events) override {
     if (!conn_) return;
     if (events & EPOLLOUT) {
-      while (unsent() > 0) {
-        ssize_t n = ::send(fd(), request_.data() + sent_, unsent(), MSG_NOSIGNAL);
+      auto& c = *conn_;
+      while (c.out_sent < c.out.size()) {
+        ssize_t n =
+            ::send(fd(), c.out.data() + c.out_sent, c.out.size() - c.out_sent, MSG_NOSIGNAL);
         if (n > 0) {
-          sent_ += static_cast<size_t>(n);
+          c.out_sent += static_cast<size_t>(n);
           continue;
         }
-        if (n < 0 && errno == EAGAIN) break;
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
         if (n < 0 && errno == ENOTCONN) never_sent_ = true;  // a Unix connect that never completed
         return fail(502, "upstream write failed", !got_bytes_);
       }
-      // Also reached from UpstreamPool::send_soon's flush, without EPOLLOUT registered.
-      (void)set_interest(unsent() == 0 ? conn_->interest & ~static_cast<uint32_t>(EPOLLOUT)
-                                       : conn_->interest | EPOLLOUT);
+      bool done = c.out_sent == c.out.size();
+      if (done) {
+        c.out.clear();  // keeps its capacity for the connection's next requests
+        c.out_sent = 0;
+      }
+      // Also reached from start() and UpstreamPool::send_soon's flush, without EPOLLOUT.
+      if (!set_interest(done ? c.interest & ~static_cast<uint32_t>(EPOLLOUT)
+                             : c.interest | EPOLLOUT))
+        return fail(502, "epoll", !got_bytes_);
     }
     if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
       char buf[16384];
       ssize_t n = ::read(fd(), buf, sizeof buf);
       if (n > 0) {
-        got_bytes_ = true;
         auto self = shared_from_this();  // callbacks may drop the last other owner
-        llhttp_errno_t err = llhttp_execute(&parser_, buf, static_cast<size_t>(n));
-        if (!name_.empty()) keep_name();  // a name cut by the end of this read
-        if (head_waits_ && (err == HPE_OK || complete_)) answer_head();
-        if (switching_ && err == HPE_PAUSED_UPGRADE) {
-          const char* end = llhttp_get_error_pos(&parser_);
-          on_switch(std::string(end, static_cast<size_t>(buf + n - end)));
-          return;
-        }
-        if (err != HPE_OK && !complete_) fail(502, "malformed upstream response");
+        feed(buf, static_cast<size_t>(n));
         return;
       }
-      if (n < 0 && errno == EAGAIN) return;
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
       // EOF: a close-delimited body ends here; before the head it is a failure.
       if (!head_seen_) return fail(502, "upstream closed before its response", !got_bytes_);
       if (llhttp_message_needs_eof(&parser_)) llhttp_finish(&parser_);
+      if (head_waits_) answer_head();
       if (!complete_) {
         // Cut short: the client must not take a truncated body for a whole one.
         close_fd();
@@ -334,6 +373,85 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
         }
         return;
       }
+      finish();
+    }
+  }
+
+  // Bytes from the connection: ours, and after our response's end, the next pipelined one's.
+  void feed(const char* data, size_t n) {
+    got_bytes_ = true;
+    llhttp_errno_t err = llhttp_execute(&parser_, data, n);
+    if (!name_.empty()) keep_name();  // a name cut by the end of this read
+    if (head_waits_ && (err == HPE_OK || complete_)) answer_head();
+    if (switching_ && err == HPE_PAUSED_UPGRADE) {
+      const char* end = llhttp_get_error_pos(&parser_);
+      on_switch(std::string(end, static_cast<size_t>(data + n - end)));
+      return;
+    }
+    if (complete_) {
+      const char* end = err == HPE_PAUSED ? llhttp_get_error_pos(&parser_) : data + n;
+      finish(end, static_cast<size_t>(data + n - end));
+      return;
+    }
+    if (err != HPE_OK) fail(502, "malformed upstream response");
+  }
+
+  // Our response ended: the connection goes to the request pipelined behind us (with what came
+  // after our response), or back to the pool, or is closed.
+  // The stream's end goes last: it may drop the Body, and with it us.
+  void finish(const char* rest = nullptr, size_t rest_n = 0) {
+    stall_.cancel();
+    if (conn_) {
+      if (auto next = std::move(next_)) {
+        conn_->user = next.get();
+        --conn_->depth;
+        next->take_over(std::move(conn_), rest, rest_n);
+      } else if (pool_ && conn_->reusable && rest_n == 0 && llhttp_should_keep_alive(&parser_) &&
+                 conn_->out.empty() && set_interest(UpstreamPool::kIdleEvents)) {
+        conn_->user = nullptr;
+        pool_->give(std::move(conn_));  // stays registered
+      } else {
+        close_fd();
+      }
+    }
+    if (writer_) finish_body();
+  }
+
+  // The request before ours on the connection has its response: the connection is ours now.
+  void take_over(std::unique_ptr<UpstreamPool::Conn> c, const char* rest, size_t rest_n) {
+    conn_ = std::move(c);
+    if (discard_) {  // our client is gone: no reading our response to nothing
+      auto self = shared_from_this();
+      close_fd();
+      return;
+    }
+    if (next_) stall_.arm_after(UpstreamPool::kStallMs);
+    if (rest_n > 0) {
+      auto self = shared_from_this();
+      feed(rest, rest_n);
+    }
+  }
+
+  // The requests pipelined behind ours are sent again on other connections (ours holds them: a
+  // stream, or a response slower than kStallMs); the upstream still has them, so this connection
+  // is closed after our response instead of reused.
+  void rescue_behind() {
+    if (!next_) return;
+    if (conn_) conn_->reusable = false;
+    resend_behind();
+  }
+
+  // Every request behind ours leaves the connection and starts again (fail's retry: a fresh
+  // connection), or, if its client is gone, just ends.
+  void resend_behind() {
+    auto m = std::move(next_);
+    if (conn_) conn_->tail = this;
+    while (m) {
+      auto after = std::move(m->next_);
+      m->reused_ = true;
+      m->got_bytes_ = false;
+      if (!m->discard_) m->fail(502, "upstream connection lost", true);
+      m = std::move(after);
     }
   }
 
@@ -365,13 +483,12 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
     answer_head();  // chunked or until close: streamed
   }
 
-  // The head is in; the body is whole (one response, the connection back to the pool already)
-  // or still coming (a stream that carries it, with backpressure).
+  // The head is in; the body is whole (one response) or still coming (a stream that carries it,
+  // with backpressure).
   void answer_head() {
     head_waits_ = false;
     Response r = std::move(pending_head_);
-    std::string_view type =
-        content_type_.empty() ? std::string_view("application/octet-stream") : content_type_;
+    if (discard_) return;
     if (complete_) {
       Response whole = Response::bytes(std::move(pending_body_), {}, r.status);
       if (content_type_.empty()) {
@@ -383,6 +500,7 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
       respond(std::move(whole));
       return;
     }
+    rescue_behind();  // a stream: nothing pipelined waits for its end
     class Body final : public StreamProducer {
      public:
       explicit Body(std::shared_ptr<Upstream> u) : u_(std::move(u)) {}
@@ -399,6 +517,8 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
      private:
       std::shared_ptr<Upstream> u_;
     };
+    std::string_view type =
+        content_type_.empty() ? std::string_view("application/octet-stream") : content_type_;
     auto body = Response::stream(std::make_unique<Body>(shared_from_this()), type, length_);
     body.status = r.status;
     body.headers = std::move(r.headers);
@@ -416,23 +536,12 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
   }
 
   void on_body(std::string_view data) {
+    if (discard_) return;
     if (writer_) {
       if (!writer_->write(data)) pause_reading();
     } else {
       pending_body_.append(data);  // before on_start: kept, bounded by one read's worth
     }
-  }
-
-  void on_complete() {
-    complete_ = true;
-    // A whole response on a connection both sides keep: back to the pool for the next request.
-    if (pool_ && conn_ && llhttp_should_keep_alive(&parser_) && unsent() == 0 &&
-        set_interest(UpstreamPool::kIdleEvents)) {
-      conn_->user = nullptr;
-      pool_->give(std::move(conn_));  // stays registered
-    }
-    close_fd();
-    if (writer_) finish_body();
   }
 
   void finish_body() {
@@ -449,13 +558,13 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
   void fail(int status, std::string_view why, bool retryable = false) {
     close_fd();
     timer_.cancel();
+    stall_.cancel();
     if (retryable && !head_seen_ && responder_ && reused_ && !got_bytes_) {
-      // A pooled connection the upstream had closed: the request never reached it. Again, on a
-      // fresh connection (whatever the method).
+      // A pooled connection the upstream had closed (or the one we were pipelined on failed):
+      // the request never got an answer. Again, on a fresh connection (whatever the method).
       reused_ = false;
       pool_ = nullptr;
       got_bytes_ = false;
-      sent_ = 0;
       llhttp_init(&parser_, HTTP_RESPONSE, &settings_);
       parser_.data = this;
       auto* r = responder_;
@@ -466,6 +575,9 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
       responder_ = nullptr;  // the next attempt answers
       return;
     }
+    // Still behind another request on a pipelined connection: our response will come and is
+    // read to nothing.
+    discard_ = true;
     if (responder_) {
       auto r = Response::status_only(status);
       r.header("Corral-Proxy-Error", std::string(why));
@@ -477,13 +589,16 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
     }
   }
 
-  // The fd is not ours in the loop yet (a fresh socket) or the pool's registration: drop it.
+  // Drops the connection we own (the requests pipelined behind us are sent again elsewhere).
   void close_fd() {
     if (!conn_) return;
-    if (conn_->fd && conn_->interest) loop_.remove(conn_->fd.get());  // interest: registered
-    conn_->fd.reset();
-    conn_->user = nullptr;
-    loop_.destroy_later(std::move(conn_));  // an event for it may be queued in this batch
+    auto c = std::move(conn_);
+    if (c->fd && c->interest) loop_.remove(c->fd.get());  // interest: registered
+    c->fd.reset();
+    c->user = nullptr;
+    c->tail = nullptr;
+    loop_.destroy_later(std::move(c));  // an event for it may be queued in this batch
+    resend_behind();
   }
 
   int fd() const { return conn_ && conn_->fd ? conn_->fd.get() : -1; }
@@ -497,17 +612,18 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
 
   core::EventLoop& loop_;
   UpstreamPool* pool_ = nullptr;
-  bool reused_ = false;  // conn_ came from the pool
-  std::string request_;  // sent from sent_; kept whole for a retry on a fresh connection
+  bool reused_ = false;  // on a connection that was there before us (the pool's, or pipelined)
+  std::string request_;  // kept whole for a retry on a fresh connection
   bool upgrade_requested_ = false;
+  bool pipelinable_ = false;
   bool switching_ = false;
   std::string path_;
-  core::Timer timer_;
+  core::Timer timer_;  // until the response head
+  core::Timer stall_;  // while requests are pipelined behind ours and our response has not ended
   uint32_t timeout_ms_ = 0;
   bool head_request_;
-  std::unique_ptr<UpstreamPool::Conn> conn_;  // the loop's handler for the socket; events reach us
-  size_t sent_ = 0;                           // of request_
-  size_t unsent() const { return request_.size() - sent_; }
+  std::unique_ptr<UpstreamPool::Conn> conn_;  // while ours: the loop's handler for the socket
+  std::shared_ptr<Upstream> next_;            // pipelined behind us
   llhttp_settings_t settings_;
   llhttp_t parser_;
   std::string_view name_;  // of the header being parsed (a view into the read, or name_copy_)
@@ -527,6 +643,7 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
   std::optional<uint64_t> length_;  // the body's, from Content-Length
   bool head_seen_ = false;
   bool got_bytes_ = false;  // the upstream sent something (then a retry could repeat its work)
+  bool discard_ = false;    // nobody takes our response any more: read it to nothing
  public:
   bool never_sent_ = false;  // connect failed: the request did not leave
 
@@ -715,6 +832,13 @@ bool is_upgrade(const Request& req) {
   return c.find("upgrade") != std::string::npos;
 }
 
+// A request that may wait behind another on a pipelined upstream connection, and be sent again
+// if it was held there: GET or HEAD, no body, no upgrade.
+bool pipelinable(const Request& req) {
+  return (req.method == Method::kGet || req.method == Method::kHead) && req.body.empty() &&
+         !is_upgrade(req);
+}
+
 std::string prepare_request(const Request& req, const ProxyOptions& options) {
   std::string r;
   r.reserve(256 + req.target.size() + options.extra_headers.size() + req.body.size());
@@ -748,11 +872,12 @@ std::string prepare_request(const Request& req, const ProxyOptions& options) {
 
 std::shared_ptr<Upstream> make_upstream(core::EventLoop& loop, std::string path,
                                         std::string request, uint32_t timeout_ms, bool head,
-                                        bool upgrade, UpstreamPool* pool = nullptr) {
+                                        bool upgrade, UpstreamPool* pool = nullptr,
+                                        bool pipelinable = false) {
   // Its socket's events go through an UpstreamPool::Conn, which outlives it to the end of the
   // loop's dispatch round (close_fd): the Upstream itself can go at once.
   return std::make_shared<Upstream>(loop, std::move(path), std::move(request), timeout_ms, head,
-                                    upgrade, pool);
+                                    upgrade, pool, pipelinable);
 }
 
 // Finds the upstream, then proxies. The state is shared with the finder's answer, which may come
@@ -776,6 +901,7 @@ class FoundCall final : public DeferredProducer {
     bool head;
     bool upgrade = false;
     bool idempotent = false;
+    bool pipelinable = false;
     bool retried = false;
     UpstreamPool* pool = nullptr;
     UpstreamFinder find;
@@ -809,7 +935,7 @@ class FoundCall final : public DeferredProducer {
             return;
           }
           st->upstream = make_upstream(*st->loop, std::move(path), st->request, st->timeout_ms,
-                                       st->head, st->upgrade, st->pool);
+                                       st->head, st->upgrade, st->pool, st->pipelinable);
           st->upstream->retry_hook = st.get();  // not owning: the upstream may outlive it
           st->upstream->start(*st->responder);
         },
@@ -825,7 +951,7 @@ Response proxy_to(Request& req, std::string unix_path, ProxyOptions options) {
   if (!req.loop) return Response::status_only(502);
   auto upstream = make_upstream(*req.loop, std::move(unix_path), prepare_request(req, options),
                                 options.response_timeout_ms, req.method == Method::kHead,
-                                is_upgrade(req), options.pool);
+                                is_upgrade(req), options.pool, pipelinable(req));
   return Response::deferred(std::make_unique<ProxyCall>(std::move(upstream)));
 }
 
@@ -841,6 +967,7 @@ Response proxy_found(Request& req, UpstreamFinder find, ProxyOptions options) {
       req.method == Method::kGet || req.method == Method::kHead || req.method == Method::kOptions;
   st->find = std::move(find);
   st->pool = options.pool;
+  st->pipelinable = pipelinable(req);
   return Response::deferred(std::make_unique<FoundCall>(std::move(st)));
 }
 

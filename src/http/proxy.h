@@ -37,10 +37,20 @@ class UpstreamPool {
   // it is idle in the pool, drop it. Moving between the pool and its users costs no epoll_ctl.
   struct Conn final : core::IoHandler {
     core::UniqueFd fd;
-    core::IoHandler* user = nullptr;
-    UpstreamPool* pool = nullptr;  // set while idle in the pool
+    core::IoHandler* user = nullptr;  // the request reading from it (the first in flight)
+    UpstreamPool* pool = nullptr;     // set while idle in the pool
     std::string path;
     uint32_t interest = 0;  // as registered with the loop
+    std::string out;        // requests not sent yet (from out_sent)
+    size_t out_sent = 0;
+    // Pipelining: requests in flight on it, in order; the last one (tail) is where another
+    // joins. Only while `scheduled` (its requests not yet sent this round) and `pipelinable`
+    // (every request on it is a GET or HEAD without a body).
+    void* tail = nullptr;
+    uint32_t depth = 0;
+    bool pipelinable = false;
+    bool scheduled = false;
+    bool reusable = true;  // false: closed once its current response ends (after a rescue)
     void on_io(uint32_t events) override;
   };
 
@@ -57,6 +67,13 @@ class UpstreamPool {
   // `c`'s user sends its request after this loop round's dispatch (its on_io(EPOLLOUT)): the
   // requests of one round leave together, and the upstream wakes once for them, not once each.
   void send_soon(Conn* c);
+  // A connection to `path` whose requests leave this round, that a GET or HEAD may be pipelined
+  // behind (fewer than kMaxPipeline in flight), or null.
+  Conn* joinable(std::string_view path);
+  static constexpr uint32_t kMaxPipeline = 8;
+  // Requests pipelined behind a response that has not ended after this long are sent again on
+  // other connections (they are GET or HEAD: safe to repeat), and that connection is not reused.
+  static constexpr uint32_t kStallMs = 20;
 
  private:
   void drop(Conn* c);
@@ -66,8 +83,10 @@ class UpstreamPool {
 };
 
 struct ProxyOptions {
-  UpstreamPool* pool = nullptr;  // null: one connection per request (Connection: close)
-  std::string extra_headers;     // added to the request: "Name: value\r\n" lines (add_header)
+  // null: one connection per request (Connection: close). Else keep-alive connections, and a
+  // GET or HEAD without a body may be pipelined behind others of the same loop round.
+  UpstreamPool* pool = nullptr;
+  std::string extra_headers;  // added to the request: "Name: value\r\n" lines (add_header)
   ProxyOptions& add_header(std::string_view name, std::string_view value) {
     extra_headers.append(name).append(": ").append(value).append("\r\n");
     return *this;

@@ -36,6 +36,28 @@ class Proxy : public ::testing::Test {
     });
     up.route("GET /big", [](Request&) { return Response::text(std::string(1 << 20, 'b')); });
     up.route("POST /echo", [](Request& req) { return Response::text(std::string(req.body)); });
+    up.route("GET /path/{n}", [](Request& req) {
+      return Response::text("path " + std::string(req.param("n")) + ";");
+    });
+    // A stream that sends one line and then stays open.
+    up.route("GET /stream", [](Request&) {
+      struct Tick final : StreamProducer {
+        void on_start(StreamWriter& w) override { w.write("tick\n"); }
+        void on_writable(StreamWriter&) override {}
+        void on_abort() override {}
+      };
+      return Response::stream(std::make_unique<Tick>(), "text/plain");
+    });
+    // Answered when the test says so (slow_).
+    up.route("GET /slow", [this](Request&) {
+      struct Slow final : DeferredProducer {
+        explicit Slow(Responder** slot) : slot_(slot) {}
+        void start(Responder& r) override { *slot_ = &r; }
+        void on_abort() override { *slot_ = nullptr; }
+        Responder** slot_;
+      };
+      return Response::deferred(std::make_unique<Slow>(&slow_));
+    });
     up.route("GET /status/{n}", [](Request& req) {
       return Response::status_only(std::stoi(std::string(req.param("n"))));
     });
@@ -78,6 +100,17 @@ class Proxy : public ::testing::Test {
   std::unique_ptr<Server> upstream_, front_;
   UpstreamPool pool_{loop_};
   int port_ = 0;
+  Responder* slow_ = nullptr;  // the upstream's pending GET /slow
+
+  // Sends `request` on a new client connection, without running the loop.
+  int send_on_new(const std::string& request) {
+    int fd = testing::connect_loopback(port_);
+    EXPECT_EQ(::send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+    return fd;
+  }
+  static std::string get(std::string_view path) {
+    return "GET " + std::string(path) + " HTTP/1.1\r\nHost: localhost\r\n\r\n";
+  }
 };
 
 TEST_F(Proxy, ForwardsAndAddsTrustedHeaders) {
@@ -157,6 +190,94 @@ TEST_F(Proxy, RelaysAWebSocketUpgradeBothWays) {
   EXPECT_NE(got.find("HTTP/1.1 101"), std::string::npos) << got;
   EXPECT_NE(got.find("s3pPLMBiTxaQ9kYGzzhZRbK+xOo="), std::string::npos) << got;
   EXPECT_NE(got.find(std::string("\x81\x02hi", 4)), std::string::npos) << got;
+}
+
+TEST_F(Proxy, PipelinesTheGetsOfOneRoundOnFewConnectionsInOrder) {
+  // Twelve clients whose requests arrive together: they leave in one loop round, pipelined (up
+  // to kMaxPipeline per connection), and each client gets its own response.
+  for (int round = 0; round < 2; ++round) {
+    std::vector<int> fds;
+    for (int i = 0; i < 12; ++i)
+      fds.push_back(send_on_new(get("/pooled/path/" + std::to_string(i))));
+    for (int i = 0; i < 12; ++i) {
+      std::string want = "path " + std::to_string(i) + ";";
+      auto got = testing::read_until(loop_, fds[static_cast<size_t>(i)], want);
+      EXPECT_NE(got.find(want), std::string::npos) << i << ": " << got;
+      EXPECT_EQ(got.find("path", got.find(want) + 1), std::string::npos) << got;  // only its own
+      ::close(fds[static_cast<size_t>(i)]);
+    }
+  }
+  // Without pipelining each of the 12 would have needed its own connection.
+  EXPECT_LE(upstream_->stats().accepted, 6u);
+  EXPECT_GE(pool_.idle(), 1u);
+}
+
+TEST_F(Proxy, AStreamDoesNotHoldTheRequestsPipelinedBehindIt) {
+  int streaming = send_on_new(get("/pooled/stream"));
+  std::vector<int> fds;
+  for (int i = 0; i < 5; ++i) fds.push_back(send_on_new(get("/pooled/path/" + std::to_string(i))));
+  for (int i = 0; i < 5; ++i) {
+    std::string want = "path " + std::to_string(i) + ";";
+    auto got = testing::read_until(loop_, fds[static_cast<size_t>(i)], want);
+    EXPECT_NE(got.find(want), std::string::npos) << i << ": " << got;
+    ::close(fds[static_cast<size_t>(i)]);
+  }
+  auto got = testing::read_until(loop_, streaming, "tick");
+  EXPECT_NE(got.find("tick"), std::string::npos) << got;
+  ::close(streaming);
+  // The next requests are served as usual.
+  EXPECT_NE(exchange(get("/pooled/path/9"), "path 9;").find("path 9;"), std::string::npos);
+}
+
+TEST_F(Proxy, ASlowResponseDoesNotHoldTheRequestsPipelinedBehindIt) {
+  int slow = send_on_new(get("/pooled/slow"));
+  std::vector<int> fds;
+  for (int i = 0; i < 5; ++i) fds.push_back(send_on_new(get("/pooled/path/" + std::to_string(i))));
+  for (int i = 0; i < 5; ++i) {
+    std::string want = "path " + std::to_string(i) + ";";
+    auto got = testing::read_until(loop_, fds[static_cast<size_t>(i)], want);
+    EXPECT_NE(got.find(want), std::string::npos) << i << ": " << got;
+    ::close(fds[static_cast<size_t>(i)]);
+  }
+  // All five were answered while the slow one is still pending upstream.
+  ASSERT_NE(slow_, nullptr);
+  slow_->respond(Response::text("slow done"));
+  auto got = testing::read_until(loop_, slow, "slow done");
+  EXPECT_NE(got.find("slow done"), std::string::npos) << got;
+  ::close(slow);
+  EXPECT_NE(exchange(get("/pooled/path/7"), "path 7;").find("path 7;"), std::string::npos);
+}
+
+TEST_F(Proxy, AClientThatLeavesWhilePipelinedLosesNothingForOthers) {
+  int slow = send_on_new(get("/pooled/slow"));
+  int leaver = send_on_new(get("/pooled/path/1"));
+  int stays = send_on_new(get("/pooled/path/2"));
+  loop_.run_once(5);
+  ::close(leaver);  // gone while its request waits behind the slow one (or was sent again)
+  auto got = testing::read_until(loop_, stays, "path 2;");
+  EXPECT_NE(got.find("path 2;"), std::string::npos) << got;
+  ::close(stays);
+  ASSERT_NE(slow_, nullptr);
+  slow_->respond(Response::text("slow done"));
+  got = testing::read_until(loop_, slow, "slow done");
+  EXPECT_NE(got.find("slow done"), std::string::npos) << got;
+  ::close(slow);
+  EXPECT_NE(exchange(get("/pooled/path/3"), "path 3;").find("path 3;"), std::string::npos);
+}
+
+TEST_F(Proxy, APostIsNeverPipelined) {
+  std::vector<int> fds;
+  for (int i = 0; i < 4; ++i)
+    fds.push_back(
+        send_on_new("POST /pooled/echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\np" +
+                    std::to_string(i)));
+  for (int i = 0; i < 4; ++i) {
+    std::string want = "\r\n\r\np" + std::to_string(i);
+    auto got = testing::read_until(loop_, fds[static_cast<size_t>(i)], want);
+    EXPECT_NE(got.find(want), std::string::npos) << got;
+    ::close(fds[static_cast<size_t>(i)]);
+  }
+  EXPECT_EQ(upstream_->stats().accepted, 4u);  // one connection each: nothing waited behind
 }
 
 }  // namespace
