@@ -4,9 +4,11 @@
 // ways; `Corral-*` headers from the client are removed and the proxy's own are added, so the
 // upstream can trust them (only the proxy reaches its socket).
 //
-// Today: one upstream connection per request (`Connection: close`), the request body sent from the
-// parser's buffer. Errors: the upstream cannot be reached or closes before its head: 502; no head
-// within response_timeout: 504.
+// Without a pool: one upstream connection per request (`Connection: close`). With one
+// (ProxyOptions::pool): keep-alive connections, the requests of one loop round written together,
+// and GET/HEAD pipelined behind each other (see Upstream in proxy.cc and docs/worker-protocol.md).
+// Errors: the upstream cannot be reached or closes before its head: 502; no head within
+// response_timeout: 504.
 #pragma once
 
 #include <functional>
