@@ -6,6 +6,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
@@ -80,7 +81,7 @@ void UpstreamPool::send_soon(Conn* c) {
 UpstreamPool::Conn* UpstreamPool::joinable(std::string_view path) {
   for (Conn* c : to_send_)
     if (c->scheduled && c->pipelinable && c->reusable && c->user && c->fd && c->tail &&
-        c->depth < kMaxPipeline && c->path == path)
+        c->depth < kMaxPipeline && c->latency_x8 < 8 * kFastMs && c->path == path)
       return c;
   return nullptr;
 }
@@ -246,6 +247,7 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
   void start(Responder& responder) {
     responder_ = &responder;
     timer_.arm_after(timeout_ms_);
+    sent_ms_ = loop_.now();
     if (pool_ && pipelinable_) {
       if (UpstreamPool::Conn* c = pool_->joinable(path_)) {
         // Behind the last request on it; the owner of the connection sends ours with its own.
@@ -402,6 +404,8 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
   void finish(const char* rest = nullptr, size_t rest_n = 0) {
     stall_.cancel();
     if (conn_) {
+      uint64_t took = std::min<uint64_t>(loop_.now() - sent_ms_, 10'000);
+      conn_->latency_x8 = conn_->latency_x8 - conn_->latency_x8 / 8 + static_cast<uint32_t>(took);
       if (auto next = std::move(next_)) {
         conn_->user = next.get();
         --conn_->depth;
@@ -621,6 +625,7 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
   core::Timer timer_;  // until the response head
   core::Timer stall_;  // while requests are pipelined behind ours and our response has not ended
   uint32_t timeout_ms_ = 0;
+  uint64_t sent_ms_ = 0;  // when start() sent (or queued) the request
   bool head_request_;
   std::unique_ptr<UpstreamPool::Conn> conn_;  // while ours: the loop's handler for the socket
   std::shared_ptr<Upstream> next_;            // pipelined behind us

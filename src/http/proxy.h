@@ -52,7 +52,8 @@ class UpstreamPool {
     uint32_t depth = 0;
     bool pipelinable = false;
     bool scheduled = false;
-    bool reusable = true;  // false: closed once its current response ends (after a rescue)
+    bool reusable = true;     // false: closed once its current response ends (after a rescue)
+    uint32_t latency_x8 = 0;  // response times on it (request sent -> response ended), EWMA, ms*8
     void on_io(uint32_t events) override;
   };
 
@@ -70,9 +71,12 @@ class UpstreamPool {
   // requests of one round leave together, and the upstream wakes once for them, not once each.
   void send_soon(Conn* c);
   // A connection to `path` whose requests leave this round, that a GET or HEAD may be pipelined
-  // behind (fewer than kMaxPipeline in flight), or null.
+  // behind (fewer than kMaxPipeline in flight, its responses faster than kFastMs), or null.
   Conn* joinable(std::string_view path);
   static constexpr uint32_t kMaxPipeline = 8;
+  // Pipelining pays when responses are quick (the system calls saved are most of their cost);
+  // behind slow ones a request would only wait, and risk kStallMs.
+  static constexpr uint32_t kFastMs = 2;
   // Requests pipelined behind a response that has not ended after this long are sent again on
   // other connections (they are GET or HEAD: safe to repeat), and that connection is not reused.
   static constexpr uint32_t kStallMs = 20;
