@@ -2,7 +2,7 @@
 # bench/run.sh: corral against nginx on this machine, one server at a time.
 #
 #   bench/run.sh [--duration S] [--warmup S] [--connections N] [--cases a,b,c,d]
-#                [--priority rt|nice|none]
+#                [--priority rt|nice|none] [--floor yes|no]
 #
 # Cases: (a) GET /hello, 5-byte body, keep-alive; (b) GET /64k.bin, a 64 KiB static file;
 # (c) /hello with 16 requests pipelined per write (bench/pipeline.lua); (d) /hello with
@@ -16,6 +16,9 @@
 # "proc CPU/req" is the server processes' own time on CPU (/proc/PID/schedstat) per request: a
 # cross-check that ignores anything else that ran on CPU 0 (other builds filling idle time).
 # Neither number is pass/fail: this script only measures.
+# --floor yes (cases a, c, d) also measures bench/floor_server.c, which is not an HTTP server: one
+# read and one send per request batch and nothing else. Its CPU per request is the kernel's share,
+# the least any server making the same system calls can spend; a second table compares to it.
 # --priority (default rt when run as root, else none): the servers and wrk run under SCHED_FIFO
 # (chrt -f 50) or nice -19, the same for both servers, so that other work on a shared machine
 # (compilers) does not take CPU 0 or CPU 1 in the middle of a run and req/s stays comparable.
@@ -28,14 +31,16 @@
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-help_lines=2,24
+help_lines=2,27
 
 duration=10
 warmup=2
 conns=50
 cases="a,b,c,d"
 priority=$(rt_if_root)
-parse_flags "--duration duration --warmup warmup --connections conns --cases cases --priority priority" "$@"
+floor=no
+parse_flags "--duration duration --warmup warmup --connections conns --cases cases --priority priority
+  --floor floor" "$@"
 set_prio "$priority"
 
 find_nginx
@@ -49,6 +54,10 @@ mkdir -p "$tmp/www"
 head -c 65536 /dev/urandom >"$tmp/www/64k.bin"
 printf 'hello' >"$tmp/www/hello.txt"
 chmod -R a+rX "$tmp/www"
+if [[ "$floor" == yes ]]; then
+  need_tools cc
+  cc -O2 -Wall -o "$tmp/floor_server" "$root/bench/floor_server.c"
+fi
 
 # --- servers -----------------------------------------------------------------------------------
 start_server() {  # $1 nginx|corral  $2 hello|static  $3 port
@@ -60,6 +69,9 @@ start_server() {  # $1 nginx|corral  $2 hello|static  $3 port
     location / { }"
       "${prio[@]}" taskset -c 0 "$nginx_bin" -p "$tmp" -c "$tmp/nginx.conf" -e "$tmp/nginx-error.log" \
         >"$tmp/server.out" 2>&1 &
+      ;;
+    floor)
+      "${prio[@]}" taskset -c 0 "$tmp/floor_server" "$3" >"$tmp/server.out" 2>&1 &
       ;;
     corral)
       if [[ "$2" == static ]]; then
@@ -126,7 +138,9 @@ IFS=, read -ra case_list <<<"$cases"
 for c in "${case_list[@]}"; do
   kind=hello
   [[ "$c" == b ]] && kind=static
-  for server in nginx corral; do
+  servers=(nginx corral)
+  [[ "$floor" == yes && "$c" != b ]] && servers+=(floor)
+  for server in "${servers[@]}"; do
     port=$(free_port)
     start_server "$server" "$kind" "$port"
     measure "$c" "$server" "$port"
@@ -179,5 +193,23 @@ awk -v dur="$duration" -v conns="$conns" -v prio="$priority" -v date="$(utc_minu
         proc[c, "nginx"], proc[c, "corral"], ratio(proc[c, "corral"], proc[c, "nginx"])
       if (err[c, "nginx"] + err[c, "corral"] > 0)
         printf "\n(case %s: socket errors or non-2xx: nginx %d, corral %d)\n", c, err[c, "nginx"], err[c, "corral"] > "/dev/stderr"
+    }
+    floors = 0
+    for (i = 1; i <= n; i++) if ((cases[i], "floor") in proc) floors++
+    if (floors) {
+      print ""
+      print "Against the floor (bench/floor_server.c: the same system calls, no HTTP work):"
+      print ""
+      print "| case | floor req/s | floor CPU/req | nginx CPU/req | corral CPU/req | floor/nginx | corral/floor | floor proc CPU/req | nginx proc | corral proc | floor/nginx | corral/floor |"
+      print "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+      for (i = 1; i <= n; i++) {
+        c = cases[i]
+        if (!((c, "floor") in proc)) continue
+        printf "| %s | %.0f | %.2f us | %.2f us | %.2f us | %s | %s | %.2f us | %.2f us | %.2f us | %s | %s |\n",
+          name(c), rps[c, "floor"], cpu[c, "floor"], cpu[c, "nginx"], cpu[c, "corral"],
+          ratio(cpu[c, "floor"], cpu[c, "nginx"]), ratio(cpu[c, "corral"], cpu[c, "floor"]),
+          proc[c, "floor"], proc[c, "nginx"], proc[c, "corral"],
+          ratio(proc[c, "floor"], proc[c, "nginx"]), ratio(proc[c, "corral"], proc[c, "floor"])
+      }
     }
   }' "$results"
