@@ -19,6 +19,7 @@
 # --floor yes (cases a, c, d) also measures bench/floor_server.c, which is not an HTTP server: one
 # read and one send per request batch and nothing else. Its CPU per request is the kernel's share,
 # the least any server making the same system calls can spend; a second table compares to it.
+# And its io_uring twin, bench/floor_uring.c: the same reads and sends, submitted in batches.
 # --priority (default rt when run as root, else none): the servers and wrk run under SCHED_FIFO
 # (chrt -f 50) or nice -19, the same for both servers, so that other work on a shared machine
 # (compilers) does not take CPU 0 or CPU 1 in the middle of a run and req/s stays comparable.
@@ -57,6 +58,7 @@ chmod -R a+rX "$tmp/www"
 if [[ "$floor" == yes ]]; then
   need_tools cc
   cc -O2 -Wall -o "$tmp/floor_server" "$root/bench/floor_server.c"
+  cc -O2 -Wall -o "$tmp/floor_uring" "$root/bench/floor_uring.c"
 fi
 
 # --- servers -----------------------------------------------------------------------------------
@@ -72,6 +74,9 @@ start_server() {  # $1 nginx|corral  $2 hello|static  $3 port
       ;;
     floor)
       "${prio[@]}" taskset -c 0 "$tmp/floor_server" "$3" >"$tmp/server.out" 2>&1 &
+      ;;
+    uring)
+      "${prio[@]}" taskset -c 0 "$tmp/floor_uring" "$3" >"$tmp/server.out" 2>&1 &
       ;;
     corral)
       if [[ "$2" == static ]]; then
@@ -139,7 +144,7 @@ for c in "${case_list[@]}"; do
   kind=hello
   [[ "$c" == b ]] && kind=static
   servers=(nginx corral)
-  [[ "$floor" == yes && "$c" != b ]] && servers+=(floor)
+  [[ "$floor" == yes && "$c" != b ]] && servers+=(floor uring)
   for server in "${servers[@]}"; do
     port=$(free_port)
     start_server "$server" "$kind" "$port"
@@ -198,18 +203,19 @@ awk -v dur="$duration" -v conns="$conns" -v prio="$priority" -v date="$(utc_minu
     for (i = 1; i <= n; i++) if ((cases[i], "floor") in proc) floors++
     if (floors) {
       print ""
-      print "Against the floor (bench/floor_server.c: the same system calls, no HTTP work):"
+      print "Against the floor (bench/floor_server.c: the same system calls, no HTTP work; uring:"
+      print "bench/floor_uring.c, the same reads and sends batched through io_uring). CPU 0 busy per request:"
       print ""
-      print "| case | floor req/s | floor CPU/req | nginx CPU/req | corral CPU/req | floor/nginx | corral/floor | floor proc CPU/req | nginx proc | corral proc | floor/nginx | corral/floor |"
-      print "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+      print "| case | floor req/s | floor | uring | nginx | corral | floor/nginx | uring/nginx | corral/nginx | corral/floor | proc: floor | uring | nginx | corral |"
+      print "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
       for (i = 1; i <= n; i++) {
         c = cases[i]
         if (!((c, "floor") in proc)) continue
-        printf "| %s | %.0f | %.2f us | %.2f us | %.2f us | %s | %s | %.2f us | %.2f us | %.2f us | %s | %s |\n",
-          name(c), rps[c, "floor"], cpu[c, "floor"], cpu[c, "nginx"], cpu[c, "corral"],
-          ratio(cpu[c, "floor"], cpu[c, "nginx"]), ratio(cpu[c, "corral"], cpu[c, "floor"]),
-          proc[c, "floor"], proc[c, "nginx"], proc[c, "corral"],
-          ratio(proc[c, "floor"], proc[c, "nginx"]), ratio(proc[c, "corral"], proc[c, "floor"])
+        printf "| %s | %.0f | %.2f us | %.2f us | %.2f us | %.2f us | %s | %s | %s | %s | %.2f us | %.2f us | %.2f us | %.2f us |\n",
+          name(c), rps[c, "floor"], cpu[c, "floor"], cpu[c, "uring"], cpu[c, "nginx"], cpu[c, "corral"],
+          ratio(cpu[c, "floor"], cpu[c, "nginx"]), ratio(cpu[c, "uring"], cpu[c, "nginx"]),
+          ratio(cpu[c, "corral"], cpu[c, "nginx"]), ratio(cpu[c, "corral"], cpu[c, "floor"]),
+          proc[c, "floor"], proc[c, "uring"], proc[c, "nginx"], proc[c, "corral"]
       }
     }
   }' "$results"
