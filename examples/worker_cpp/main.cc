@@ -166,6 +166,10 @@ int main() {
         site.route("POST /inc", [&c](http::Request&) {
           return http::Response::text(std::to_string(++c.count) + "\n");
         });
+        // The query back: a request-specific answer (the proxy's pipelining tests).
+        site.route("GET /query", [](http::Request& req) {
+          return http::Response::text(std::string(req.query) + "\n");
+        });
         site.route("GET /start", [&ctx](http::Request&) {
           return http::Response::json({{"address", ctx.address()},
                                        {"start", ctx.start_data()},

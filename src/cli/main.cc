@@ -281,7 +281,9 @@ fanout::ChildMain child_main(std::shared_ptr<const Prepared> p, core::Logger& lo
                                              {"proxy",
                                               {{"resolves", pp->resolver.sent()},
                                                {"cached", pp->resolver.cached()},
-                                               {"idle_upstreams", pp->pool.idle()}}}}
+                                               {"idle_upstreams", pp->pool.idle()},
+                                               {"pipelined", pp->pool.stats().pipelined},
+                                               {"rescued", pp->pool.stats().rescued}}}}
                                   .dump());
           pp->report.arm_after(1000);
         });

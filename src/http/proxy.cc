@@ -257,6 +257,7 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
         ++c->depth;
         c->out.append(request_);
         reused_ = true;  // a connection that fails before answering us: sent again (fail)
+        ++pool_->stats().pipelined;
         if (tail->conn_ && !tail->stall_.armed()) tail->stall_.arm_after(UpstreamPool::kStallMs);
         return;
       }
@@ -442,6 +443,8 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
   void rescue_behind() {
     if (!next_) return;
     if (conn_) conn_->reusable = false;
+    if (pool_)
+      for (Upstream* m = next_.get(); m; m = m->next_.get()) ++pool_->stats().rescued;
     resend_behind();
   }
 

@@ -81,9 +81,16 @@ class UpstreamPool {
   // other connections (they are GET or HEAD: safe to repeat), and that connection is not reused.
   static constexpr uint32_t kStallMs = 20;
 
+  struct Stats {
+    uint64_t pipelined = 0;  // requests sent behind another on a connection
+    uint64_t rescued = 0;    // of those, sent again elsewhere (behind a stream or a slow answer)
+  };
+  Stats& stats() { return stats_; }
+
  private:
   void drop(Conn* c);
   std::vector<Conn*> to_send_, sending_;
+  Stats stats_;
   core::EventLoop& loop_;
   std::map<std::string, std::vector<std::unique_ptr<Conn>>, std::less<>> idle_;
 };

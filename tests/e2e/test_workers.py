@@ -38,6 +38,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -492,6 +493,61 @@ def test_server_process_caches_the_socket_and_forgets_it_on_stop(corral):
     poll(lambda: proxy_report()["cached"] == 0, 5, what="the cached socket forgotten")
     assert c.get("/counter/k/")[0] == 200
     assert c.running_pid("counter:k") != pid
+
+
+def test_concurrent_requests_to_one_worker_each_get_their_own_answer(corral):
+    """Many clients at once on one address: the proxy writes the requests of a loop round together
+    and pipelines the GETs on few upstream connections. Every client must get the answer to its
+    own request, in order; the slow ones (60 ms, longer than the proxy's 20 ms stall rescue) must
+    not hold the others; the POSTs (never pipelined) all count."""
+    if not os.access(CPP_WORKER, os.X_OK):
+        pytest.skip(f"{CPP_WORKER} is not built")
+    c = corral("cpp")
+    assert c.get("/counter/q/")[2] == b"0\n"
+    errors = []
+    fast_times = []
+
+    def client(n):
+        conn = http.client.HTTPConnection(c.srv.host, c.srv.port, timeout=20)
+        try:
+            for i in range(25):
+                if n % 4 == 0 and i % 5 == 0:
+                    conn.request("GET", "/counter/q/slow?ms=60")
+                    want = b"slow 60 ms\n"
+                elif n % 4 == 1 and i % 5 == 0:
+                    conn.request("POST", "/counter/q/inc", body=b"")
+                    want = None
+                else:
+                    conn.request("GET", f"/counter/q/query?c={n}&i={i}")
+                    want = f"c={n}&i={i}\n".encode()
+                t0 = time.monotonic()
+                r = conn.getresponse()
+                body = r.read()
+                if r.status != 200 or (want is not None and body != want):
+                    errors.append((n, i, r.status, body))
+                elif want is not None and want != b"slow 60 ms\n":
+                    fast_times.append(time.monotonic() - t0)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append((n, "exception", repr(e)))
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors[:10]
+    assert len(fast_times) == 32 * 25 - 8 * 5 - 8 * 5
+
+    def pipelined():  # from the server process's next report (every second)
+        status, body = c.control("GET", "/processes")
+        reports = [p["proxy"] for p in json.loads(body)["processes"] if p.get("proxy")]
+        return reports and reports[0]["pipelined"] > 0
+    poll(pipelined, 5, what="pipelined requests in the proxy report")
+    # 8 clients made 5 POSTs each: every one counted once
+    assert c.get("/counter/q/")[2] == b"40\n"
+    assert "worker_failed" not in c.srv.log()
 
 
 def test_many_addresses_at_once(corral, worker_kind):
