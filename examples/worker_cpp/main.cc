@@ -3,6 +3,7 @@
 //
 //   GET  /          the count
 //   POST /inc       adds one, returns the new count
+//   GET  /query     the request's query string (a request-specific answer)
 //   GET  /start     the start data the manager sent
 //   GET  /busy?ms=N holds the worker busy (not idle) for N ms, as background work would
 //   GET  /slow?ms=N answers after N ms (a request in flight: not idle meanwhile)
