@@ -212,6 +212,28 @@ TEST_F(Proxy, PipelinesTheGetsOfOneRoundOnFewConnectionsInOrder) {
   EXPECT_GE(pool_.idle(), 1u);
 }
 
+TEST_F(Proxy, AHeadPipelinedAmongGetsEndsAtItsHead) {
+  // A response to HEAD has a Content-Length but no body: the bytes after its head are the next
+  // pipelined response's.
+  std::vector<int> fds;
+  for (int i = 0; i < 6; ++i) {
+    std::string path = "/pooled/path/" + std::to_string(i);
+    fds.push_back(
+        send_on_new(i == 2 ? "HEAD " + path + " HTTP/1.1\r\nHost: localhost\r\n\r\n" : get(path)));
+  }
+  for (int i = 0; i < 6; ++i) {
+    std::string want = i == 2 ? "\r\n\r\n" : "path " + std::to_string(i) + ";";
+    auto got = testing::read_until(loop_, fds[static_cast<size_t>(i)], want);
+    EXPECT_NE(got.find(want), std::string::npos) << i << ": " << got;
+    if (i == 2) {
+      EXPECT_NE(got.find("Content-Length: 7"), std::string::npos) << got;
+      EXPECT_EQ(got.find("path"), std::string::npos) << got;  // no body
+    }
+    ::close(fds[static_cast<size_t>(i)]);
+  }
+  EXPECT_LE(upstream_->stats().accepted, 2u);
+}
+
 TEST_F(Proxy, AStreamDoesNotHoldTheRequestsPipelinedBehindIt) {
   int streaming = send_on_new(get("/pooled/stream"));
   std::vector<int> fds;
