@@ -22,11 +22,11 @@ TimerWheel::~TimerWheel() {
   // Unlink everything still armed so the timers' own destructors do not touch freed slots.
   for (auto& head : slots_) {
     while (head.next_ != &head) {
-      Timer* t = head.next_;
+      TimerLink* t = head.next_;
       head.next_ = t->next_;
       t->prev_ = t->next_ = nullptr;
     }
-    head.prev_ = head.next_ = nullptr;  // the sentinels' own destructors must not unlink
+    head.prev_ = head.next_ = nullptr;
   }
 }
 
@@ -34,16 +34,18 @@ void TimerWheel::link(Timer& t) {
   // A deadline already due goes into the next slot: it fires on the next advance().
   uint64_t at = t.deadline_ > current_ ? t.deadline_ : current_ + 1;
   uint32_t s = slot_of(at);
-  Timer& head = slots_[s];
-  t.prev_ = head.prev_;
-  t.next_ = &head;
-  head.prev_->next_ = &t;
-  head.prev_ = &t;
+  TimerLink& head = slots_[s];
+  TimerLink* l = link_of(t);
+  l->prev_ = head.prev_;
+  l->next_ = &head;
+  head.prev_->next_ = l;
+  head.prev_ = l;
   nonempty_[s / 64] |= uint64_t{1} << (s % 64);
   ++count_;
 }
 
-void TimerWheel::unlink(Timer& t) {
+void TimerWheel::unlink(Timer& timer) {
+  TimerLink& t = *link_of(timer);
   t.prev_->next_ = t.next_;
   t.next_->prev_ = t.prev_;
   // The slot's list may now be empty: find its head through the neighbours is not possible
@@ -63,13 +65,13 @@ size_t TimerWheel::advance(uint64_t now_ms) {
     uint32_t s = slot_of(tick);
     uint64_t bit = uint64_t{1} << (s % 64);
     if (!(nonempty_[s / 64] & bit)) continue;
-    Timer& head = slots_[s];
+    TimerLink& head = slots_[s];
     if (head.next_ == &head) {
       nonempty_[s / 64] &= ~bit;
       continue;
     }
     // Move the slot's list aside, then fire or re-link each timer; callbacks may touch any timer.
-    Timer pending;
+    TimerLink pending;
     pending.prev_ = head.prev_;
     pending.next_ = head.next_;
     pending.prev_->next_ = &pending;
@@ -77,11 +79,12 @@ size_t TimerWheel::advance(uint64_t now_ms) {
     head.prev_ = head.next_ = &head;
     nonempty_[s / 64] &= ~bit;
     while (pending.next_ != &pending) {
-      Timer* t = pending.next_;
-      pending.next_ = t->next_;
-      t->next_->prev_ = &pending;
-      t->prev_ = t->next_ = nullptr;
+      TimerLink* l = pending.next_;
+      pending.next_ = l->next_;
+      l->next_->prev_ = &pending;
+      l->prev_ = l->next_ = nullptr;
       --count_;
+      Timer* t = timer_of(l);
       if (t->deadline_ <= now_ms) {
         ++fired;
         if (t->cb_) t->cb_();

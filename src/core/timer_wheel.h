@@ -17,8 +17,15 @@ namespace corral::core {
 
 class TimerWheel;
 
+// The intrusive list links: a Timer, or a slot's head (16 bytes, not a whole Timer: the wheel's
+// 4,096 heads are 64 KiB instead of 256 KiB in every process, and every worker is a process).
+struct TimerLink {
+  TimerLink* prev_ = nullptr;  // non-null while linked
+  TimerLink* next_ = nullptr;
+};
+
 // A timer owned by its user (a connection member, say); destroying it cancels it.
-class Timer {
+class Timer : private TimerLink {
  public:
   using Callback = std::function<void()>;
   Timer() = default;
@@ -43,8 +50,6 @@ class Timer {
   friend class TimerWheel;
   TimerWheel* wheel_ = nullptr;
   Callback cb_;
-  Timer* prev_ = nullptr;  // non-null while linked
-  Timer* next_ = nullptr;
   uint64_t deadline_ = 0;
 };
 
@@ -73,7 +78,10 @@ class TimerWheel {
   void unlink(Timer& t);
   uint32_t slot_of(uint64_t ms) const { return static_cast<uint32_t>(ms & (kSlots - 1)); }
 
-  std::array<Timer, kSlots> slots_;  // list heads (sentinels)
+  static Timer* timer_of(TimerLink* l) { return static_cast<Timer*>(l); }
+  static TimerLink* link_of(Timer& t) { return &t; }
+
+  std::array<TimerLink, kSlots> slots_;  // list heads (sentinels)
   std::array<uint64_t, kSlots / 64> nonempty_{};
   uint64_t current_;
   size_t count_ = 0;
