@@ -7,6 +7,7 @@
 // same system calls.
 //
 //   cc -O2 -o floor_server bench/floor_server.c && ./floor_server PORT
+#define _GNU_SOURCE  // accept4
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -18,13 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-// About the size of nginx's response head for the same request.
-static const char kKeep[] =
-    "HTTP/1.1 200 OK\r\nServer: floor\r\nDate: Mon, 30 Nov 2026 00:00:00 GMT\r\n"
-    "Content-Type: text/plain\r\nContent-Length: 5\r\nConnection: keep-alive\r\n\r\nhello";
-static const char kClose[] =
-    "HTTP/1.1 200 OK\r\nServer: floor\r\nDate: Mon, 30 Nov 2026 00:00:00 GMT\r\n"
-    "Content-Type: text/plain\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello";
+#include "floor_common.h"
 
 enum { kMaxBatch = 64 };
 
@@ -34,17 +29,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);
-  int lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   int one = 1;
-  setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  struct sockaddr_in a = {0};
-  a.sin_family = AF_INET;
-  a.sin_port = htons((unsigned short)atoi(argv[1]));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(lfd, (struct sockaddr*)&a, sizeof a) < 0 || listen(lfd, 4096) < 0) {
-    perror("floor_server: bind/listen");
-    return 1;
-  }
+  int lfd = floor_listen(argv[1], SOCK_NONBLOCK);
   int ep = epoll_create1(EPOLL_CLOEXEC);
   struct epoll_event ev = {.events = EPOLLIN, .data.fd = lfd};
   epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
@@ -71,15 +57,10 @@ int main(int argc, char** argv) {
         continue;
       }
       in[r] = '\0';
-      int requests = 0;
-      for (char* p = in; (p = strstr(p, "\r\n\r\n")) != NULL; p += 4) ++requests;
-      if (requests == 0) continue;  // a request split across reads: not in this benchmark
-      int close_after = strstr(in, "Connection: close") != NULL;
-      const char* resp = close_after ? kClose : kKeep;
-      size_t len = (close_after ? sizeof kClose : sizeof kKeep) - 1;
-      if (requests > kMaxBatch) requests = kMaxBatch;
-      for (int k = 0; k < requests; ++k) memcpy(out + (size_t)k * len, resp, len);
-      send(fd, out, (size_t)requests * len, MSG_NOSIGNAL);
+      int close_after;
+      size_t len = floor_answers(in, out, kMaxBatch, &close_after);
+      if (len == 0) continue;  // a request split across reads: not in this benchmark
+      send(fd, out, len, MSG_NOSIGNAL);
       if (close_after) close(fd);
     }
   }

@@ -6,6 +6,7 @@
 // kernel's per-request cost a batching interface removes on this machine.
 //
 //   cc -O2 -o floor_uring bench/floor_uring.c && ./floor_uring PORT
+#define _GNU_SOURCE  // accept4
 #include <errno.h>
 #include <linux/io_uring.h>
 #include <netinet/in.h>
@@ -20,12 +21,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-static const char kKeep[] =
-    "HTTP/1.1 200 OK\r\nServer: floor\r\nDate: Mon, 30 Nov 2026 00:00:00 GMT\r\n"
-    "Content-Type: text/plain\r\nContent-Length: 5\r\nConnection: keep-alive\r\n\r\nhello";
-static const char kClose[] =
-    "HTTP/1.1 200 OK\r\nServer: floor\r\nDate: Mon, 30 Nov 2026 00:00:00 GMT\r\n"
-    "Content-Type: text/plain\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello";
+#include "floor_common.h"
 
 enum { kEntries = 4096, kMaxFd = 65536, kInSize = 4096, kMaxBatch = 32 };
 enum { kAccept = 1, kRecv = 2, kSend = 3 };
@@ -96,16 +92,7 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   conns = calloc(kMaxFd, sizeof *conns);
   int one = 1;
-  int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  struct sockaddr_in a = {0};
-  a.sin_family = AF_INET;
-  a.sin_port = htons((unsigned short)atoi(argv[1]));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(lfd, (struct sockaddr*)&a, sizeof a) < 0 || listen(lfd, 4096) < 0) {
-    perror("floor_uring: bind/listen");
-    return 1;
-  }
+  int lfd = floor_listen(argv[1], 0);
   struct io_uring_params p = {0};
   p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_CQSIZE;
   p.cq_entries = 4 * kEntries;
@@ -166,18 +153,12 @@ int main(int argc, char** argv) {
         }
         struct conn* k = &conns[fd];
         k->in[res] = '\0';
-        int requests = 0;
-        for (char* q = k->in; (q = strstr(q, "\r\n\r\n")) != NULL; q += 4) ++requests;
-        if (requests == 0) {
+        size_t len = floor_answers(k->in, k->out, kMaxBatch, &k->close_after);
+        if (len == 0) {
           submit_recv(fd);
           continue;
         }
-        k->close_after = strstr(k->in, "Connection: close") != NULL;
-        const char* resp = k->close_after ? kClose : kKeep;
-        size_t len = (k->close_after ? sizeof kClose : sizeof kKeep) - 1;
-        if (requests > kMaxBatch) requests = kMaxBatch;
-        for (int i = 0; i < requests; ++i) memcpy(k->out + (size_t)i * len, resp, len);
-        submit_send(fd, (size_t)requests * len);
+        submit_send(fd, len);
       } else if (kind == kSend) {
         if (res < 0 || conns[fd].close_after) {
           close(fd);

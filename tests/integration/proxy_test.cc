@@ -111,6 +111,20 @@ class Proxy : public ::testing::Test {
   static std::string get(std::string_view path) {
     return "GET " + std::string(path) + " HTTP/1.1\r\nHost: localhost\r\n\r\n";
   }
+  // `n` clients send GET /pooled/path/<i> at once (in one loop round); each must get the answer
+  // to its own request and nothing else.
+  void each_gets_its_own(int n) {
+    std::vector<int> fds;
+    for (int i = 0; i < n; ++i)
+      fds.push_back(send_on_new(get("/pooled/path/" + std::to_string(i))));
+    for (int i = 0; i < n; ++i) {
+      std::string want = "path " + std::to_string(i) + ";";
+      auto got = testing::read_until(loop_, fds[static_cast<size_t>(i)], want);
+      EXPECT_NE(got.find(want), std::string::npos) << i << ": " << got;
+      EXPECT_EQ(got.find("path", got.find(want) + 1), std::string::npos) << got;  // only its own
+      ::close(fds[static_cast<size_t>(i)]);
+    }
+  }
 };
 
 TEST_F(Proxy, ForwardsAndAddsTrustedHeaders) {
@@ -195,18 +209,8 @@ TEST_F(Proxy, RelaysAWebSocketUpgradeBothWays) {
 TEST_F(Proxy, PipelinesTheGetsOfOneRoundOnFewConnectionsInOrder) {
   // Twelve clients whose requests arrive together: they leave in one loop round, pipelined (up
   // to kMaxPipeline per connection), and each client gets its own response.
-  for (int round = 0; round < 2; ++round) {
-    std::vector<int> fds;
-    for (int i = 0; i < 12; ++i)
-      fds.push_back(send_on_new(get("/pooled/path/" + std::to_string(i))));
-    for (int i = 0; i < 12; ++i) {
-      std::string want = "path " + std::to_string(i) + ";";
-      auto got = testing::read_until(loop_, fds[static_cast<size_t>(i)], want);
-      EXPECT_NE(got.find(want), std::string::npos) << i << ": " << got;
-      EXPECT_EQ(got.find("path", got.find(want) + 1), std::string::npos) << got;  // only its own
-      ::close(fds[static_cast<size_t>(i)]);
-    }
-  }
+  each_gets_its_own(12);
+  each_gets_its_own(12);
   // Without pipelining each of the 12 would have needed its own connection.
   EXPECT_LE(upstream_->stats().accepted, 6u);
   EXPECT_GE(pool_.idle(), 1u);
@@ -236,14 +240,7 @@ TEST_F(Proxy, AHeadPipelinedAmongGetsEndsAtItsHead) {
 
 TEST_F(Proxy, AStreamDoesNotHoldTheRequestsPipelinedBehindIt) {
   int streaming = send_on_new(get("/pooled/stream"));
-  std::vector<int> fds;
-  for (int i = 0; i < 5; ++i) fds.push_back(send_on_new(get("/pooled/path/" + std::to_string(i))));
-  for (int i = 0; i < 5; ++i) {
-    std::string want = "path " + std::to_string(i) + ";";
-    auto got = testing::read_until(loop_, fds[static_cast<size_t>(i)], want);
-    EXPECT_NE(got.find(want), std::string::npos) << i << ": " << got;
-    ::close(fds[static_cast<size_t>(i)]);
-  }
+  each_gets_its_own(5);
   auto got = testing::read_until(loop_, streaming, "tick");
   EXPECT_NE(got.find("tick"), std::string::npos) << got;
   ::close(streaming);
@@ -253,14 +250,7 @@ TEST_F(Proxy, AStreamDoesNotHoldTheRequestsPipelinedBehindIt) {
 
 TEST_F(Proxy, ASlowResponseDoesNotHoldTheRequestsPipelinedBehindIt) {
   int slow = send_on_new(get("/pooled/slow"));
-  std::vector<int> fds;
-  for (int i = 0; i < 5; ++i) fds.push_back(send_on_new(get("/pooled/path/" + std::to_string(i))));
-  for (int i = 0; i < 5; ++i) {
-    std::string want = "path " + std::to_string(i) + ";";
-    auto got = testing::read_until(loop_, fds[static_cast<size_t>(i)], want);
-    EXPECT_NE(got.find(want), std::string::npos) << i << ": " << got;
-    ::close(fds[static_cast<size_t>(i)]);
-  }
+  each_gets_its_own(5);
   // All five were answered while the slow one is still pending upstream.
   ASSERT_NE(slow_, nullptr);
   slow_->respond(Response::text("slow done"));
