@@ -407,16 +407,18 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
     if (conn_) {
       uint64_t took = std::min<uint64_t>(loop_.now() - sent_ms_, 10'000);
       conn_->latency_x8 = conn_->latency_x8 - conn_->latency_x8 / 8 + static_cast<uint32_t>(took);
-      if (auto next = std::move(next_)) {
+      bool keep = llhttp_should_keep_alive(&parser_);
+      if (next_ && keep) {
+        auto next = std::move(next_);
         conn_->user = next.get();
         --conn_->depth;
         next->take_over(std::move(conn_), rest, rest_n);
-      } else if (pool_ && conn_->reusable && rest_n == 0 && llhttp_should_keep_alive(&parser_) &&
-                 conn_->out.empty() && set_interest(UpstreamPool::kIdleEvents)) {
+      } else if (!next_ && pool_ && conn_->reusable && rest_n == 0 && keep && conn_->out.empty() &&
+                 set_interest(UpstreamPool::kIdleEvents)) {
         conn_->user = nullptr;
         pool_->give(std::move(conn_));  // stays registered
       } else {
-        close_fd();
+        close_fd();  // the upstream closes it: those pipelined behind us are sent again
       }
     }
     if (writer_) finish_body();
