@@ -81,7 +81,7 @@ class EventLoop {
   bool stopping_ = false;
   std::vector<std::function<void()>> deferred_;
   std::vector<std::pair<void*, void (*)(void*)>> graveyard_;
-  std::vector<std::function<void()>> running_;            // run_deferred's spares
+  std::vector<std::function<void()>> running_;  // run_deferred's spares
   std::vector<std::pair<void*, void (*)(void*)>> dying_;
   std::unique_ptr<SignalHandler> signals_;
   std::vector<epoll_event> events_;
