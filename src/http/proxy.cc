@@ -110,27 +110,46 @@ void UpstreamPool::drop(Conn* c) {
 
 namespace {
 
+// By length first: one or two comparisons per header instead of a dozen calls (this runs for
+// every header of every proxied request and response).
 bool hop_by_hop(std::string_view name) {
-  static constexpr std::string_view kHop[] = {"connection",
-                                              "keep-alive",
-                                              "proxy-connection",
-                                              "proxy-authenticate",
-                                              "proxy-authorization",
-                                              "te",
-                                              "trailer",
-                                              "transfer-encoding",
-                                              "upgrade"};
-  for (auto h : kHop)
-    if (iequals(name, h)) return true;
-  return false;
+  switch (name.size()) {
+    case 2:
+      return iequals(name, "te");
+    case 7:
+      return iequals(name, "trailer") || iequals(name, "upgrade");
+    case 10:
+      return iequals(name, "connection") || iequals(name, "keep-alive");
+    case 16:
+      return iequals(name, "proxy-connection");
+    case 17:
+      return iequals(name, "transfer-encoding");
+    case 18:
+      return iequals(name, "proxy-authenticate");
+    case 19:
+      return iequals(name, "proxy-authorization");
+    default:
+      return false;
+  }
 }
 
 // Response headers the proxy does not pass on: hop-by-hop, the framing, and those the front adds
 // itself (Date, Server and the default security headers).
 bool dropped_response_header(std::string_view name) {
-  return hop_by_hop(name) || iequals(name, "content-length") || iequals(name, "date") ||
-         iequals(name, "server") || iequals(name, "x-content-type-options") ||
-         iequals(name, "referrer-policy");
+  switch (name.size()) {
+    case 4:
+      return iequals(name, "date");
+    case 6:
+      return iequals(name, "server");
+    case 14:
+      return iequals(name, "content-length");
+    case 15:
+      return iequals(name, "referrer-policy");
+    case 22:
+      return iequals(name, "x-content-type-options");
+    default:
+      return hop_by_hop(name);
+  }
 }
 
 bool corral_header(std::string_view name) {

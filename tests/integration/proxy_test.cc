@@ -36,6 +36,15 @@ class Proxy : public ::testing::Test {
     });
     up.route("GET /big", [](Request&) { return Response::text(std::string(1 << 20, 'b')); });
     up.route("POST /echo", [](Request& req) { return Response::text(std::string(req.body)); });
+    // Headers both ways: the request's as the upstream saw them, and some of its own.
+    up.route("GET /headers", [](Request& req) {
+      std::string seen;
+      for (const auto& h : req.headers) seen.append(h.name).append(";");
+      Response r = Response::text(seen + "end.");
+      r.header("X-Custom", "kept").header("Keep-Alive", "timeout=5").header("Trailer", "X-T");
+      r.header("Proxy-Authenticate", "Basic").header("X-Content-Type-Options", "upstream's");
+      return r;
+    });
     up.route("GET /path/{n}", [](Request& req) {
       return Response::text("path " + std::string(req.param("n")) + ";");
     });
@@ -134,6 +143,24 @@ TEST_F(Proxy, ForwardsAndAddsTrustedHeaders) {
   EXPECT_NE(got.find("HTTP/1.1 200 OK"), std::string::npos) << got;
   EXPECT_NE(got.find("hello from upstream, remote 127.0.0.1"), std::string::npos) << got;
   EXPECT_EQ(got.find("forged"), std::string::npos);
+}
+
+TEST_F(Proxy, HopByHopHeadersStopAtTheProxyBothWays) {
+  auto got = exchange(
+      "GET /pooled/headers HTTP/1.1\r\nHost: localhost\r\nX-Mine: 1\r\nTE: trailers\r\n"
+      "Keep-Alive: timeout=9\r\nProxy-Authorization: Basic eA==\r\nConnection: keep-alive\r\n"
+      "Corral-Address: forged\r\n\r\n",
+      "end.");
+  auto body = got.substr(got.find("\r\n\r\n") + 4);
+  EXPECT_NE(body.find("X-Mine;"), std::string::npos) << body;
+  for (const char* hop : {"TE;", "Keep-Alive;", "Proxy-Authorization;", "Connection;"})
+    EXPECT_EQ(body.find(hop), std::string::npos) << hop << " reached the upstream: " << body;
+  EXPECT_EQ(body.find("forged"), std::string::npos);
+  auto head = got.substr(0, got.find("\r\n\r\n"));
+  EXPECT_NE(head.find("X-Custom: kept"), std::string::npos) << head;
+  for (const char* hop : {"Keep-Alive:", "Trailer:", "Proxy-Authenticate:", "upstream's"})
+    EXPECT_EQ(head.find(hop), std::string::npos) << hop << " reached the client: " << head;
+  EXPECT_NE(head.find("X-Content-Type-Options: nosniff"), std::string::npos) << head;
 }
 
 TEST_F(Proxy, StreamsALargeBodyWithItsLength) {
