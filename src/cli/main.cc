@@ -228,22 +228,7 @@ struct QuicShared {
 
 // {"type":"report","quic":{...}}: what GET /processes shows of a process's HTTP/3.
 std::string quic_report(const quic::Http3Server& h3) {
-  const auto& s = h3.stats();
-  return nlohmann::json{{"type", "report"},
-                        {"quic",
-                         {{"steering", quic::steering_name(h3.steering_mode())},
-                          {"connections", s.connections_active},
-                          {"handshakes", s.handshakes},
-                          {"requests", s.requests},
-                          {"packets_in", s.packets_in},
-                          {"packets_out", s.packets_out},
-                          {"forwarded_out", s.forwarded_out},
-                          {"forwarded_in", s.forwarded_in},
-                          {"forwarded_generation", s.forwarded_generation},
-                          {"stateless_resets", s.stateless_resets},
-                          {"retries_sent", s.retries_sent},
-                          {"dropped", s.dropped}}}}
-      .dump();
+  return nlohmann::json{{"type", "report"}, {"quic", h3.stats_json()}}.dump();
 }
 
 fanout::ChildMain child_main(std::shared_ptr<const Prepared> p, core::Logger& log, Flags flags,
@@ -279,7 +264,8 @@ fanout::ChildMain child_main(std::shared_ptr<const Prepared> p, core::Logger& lo
         pp->report.bind(loop.timers(), [pp = pp.get()] {
           pp->resolver.report(nlohmann::json{{"type", "report"},
                                              {"proxy",
-                                              {{"resolves", pp->resolver.sent()},
+                                              {{"requests", pp->pool.stats().requests},
+                                               {"resolves", pp->resolver.sent()},
                                                {"cached", pp->resolver.cached()},
                                                {"idle_upstreams", pp->pool.idle()},
                                                {"pipelined", pp->pool.stats().pipelined},

@@ -79,9 +79,9 @@ void UpstreamPool::send_soon(Conn* c) {
 }
 
 UpstreamPool::Conn* UpstreamPool::joinable(std::string_view path) {
-  for (Conn* c : to_send_)
-    if (c->scheduled && c->pipelinable && c->reusable && c->user && c->fd && c->tail &&
-        c->depth < kMaxPipeline && c->latency_x8 < 8 * kFastMs && c->path == path)
+  for (Conn* c : to_send_)  // all scheduled: their requests have not left yet
+    if (c->pipelinable && c->reusable && c->user && c->fd && c->tail && c->depth < kMaxPipeline &&
+        c->latency_x8 < 8 * kFastMs && c->path == path)
       return c;
   return nullptr;
 }
@@ -489,6 +489,8 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
     int status = parser_.status_code;
     Response r;
     r.status = status;
+    // Filtered while parsed already, except for an upgrade request, which kept them all for a
+    // 101 that did not come.
     for (auto& [k, v] : headers_)
       if (!dropped_response_header(k)) r.headers.emplace_back(std::move(k), std::move(v));
     headers_.clear();
@@ -978,6 +980,7 @@ class FoundCall final : public DeferredProducer {
 
 Response proxy_to(Request& req, std::string unix_path, ProxyOptions options) {
   if (!req.loop) return Response::status_only(502);
+  if (options.pool) ++options.pool->stats().requests;
   auto upstream = make_upstream(*req.loop, std::move(unix_path), prepare_request(req, options),
                                 options.response_timeout_ms, req.method == Method::kHead,
                                 is_upgrade(req), options.pool, pipelinable(req));
@@ -986,6 +989,7 @@ Response proxy_to(Request& req, std::string unix_path, ProxyOptions options) {
 
 Response proxy_found(Request& req, UpstreamFinder find, ProxyOptions options) {
   if (!req.loop) return Response::status_only(502);
+  if (options.pool) ++options.pool->stats().requests;
   auto st = std::make_shared<FoundCall::State>();
   st->loop = req.loop;
   st->request = prepare_request(req, options);

@@ -82,6 +82,7 @@ class UpstreamPool {
   static constexpr uint32_t kStallMs = 20;
 
   struct Stats {
+    uint64_t requests = 0;   // proxied through this pool
     uint64_t pipelined = 0;  // requests sent behind another on a connection
     uint64_t rescued = 0;    // of those, sent again elsewhere (behind a stream or a slow answer)
   };

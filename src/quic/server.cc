@@ -25,6 +25,22 @@ SteeringMode Http3Server::steering_mode() const {
   return endpoint_->ctx().mode;
 }
 
+nlohmann::json Http3Server::stats_json() const {
+  const auto& s = stats();
+  return {{"steering", steering_name(steering_mode())},
+          {"connections", s.connections_active},
+          {"handshakes", s.handshakes},
+          {"requests", s.requests},
+          {"packets_in", s.packets_in},
+          {"packets_out", s.packets_out},
+          {"forwarded_out", s.forwarded_out},
+          {"forwarded_in", s.forwarded_in},
+          {"forwarded_generation", s.forwarded_generation},
+          {"stateless_resets", s.stateless_resets},
+          {"retries_sent", s.retries_sent},
+          {"dropped", s.dropped}};
+}
+
 int Http3Server::slot() const {
   return endpoint_->ctx().slot;
 }

@@ -20,6 +20,8 @@
 #include <functional>
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
 #include "core/result.h"
 #include "http/server.h"
 #include "quic/context.h"
@@ -76,6 +78,8 @@ class Http3Server {
   void close(std::function<void()> done);
   const Http3Stats& stats() const;
   SteeringMode steering_mode() const;
+  // The steering mode and the counters, as the control API's GET /processes shows them.
+  nlohmann::json stats_json() const;
   int slot() const;
 
  private:

@@ -478,11 +478,9 @@ def test_server_process_caches_the_socket_and_forgets_it_on_stop(corral):
         r.read()
     conn.close()
     elapsed = time.monotonic() - t0
-    # the next report (every second) counts them
-    after = poll(lambda: (r := proxy_report()) and r["resolves"] > before["resolves"] and r, 5,
-                 what="a report after the requests")
-    time.sleep(1.2)
-    after = proxy_report()
+    # a report (every second) that counts all 200
+    after = poll(lambda: (r := proxy_report()) and r["requests"] - before["requests"] >= 200 and r,
+                 5, what="a report that counts the requests")
     resolves = after["resolves"] - before["resolves"]
     assert 1 <= resolves <= elapsed + 2, (resolves, elapsed)
     assert after["idle_upstreams"] >= 1, after
@@ -505,7 +503,7 @@ def test_concurrent_requests_to_one_worker_each_get_their_own_answer(corral):
     c = corral("cpp")
     assert c.get("/counter/q/")[2] == b"0\n"
     errors = []
-    fast_times = []
+    answered = []  # checked answers (not the slow ones)
 
     def client(n):
         conn = http.client.HTTPConnection(c.srv.host, c.srv.port, timeout=20)
@@ -520,13 +518,12 @@ def test_concurrent_requests_to_one_worker_each_get_their_own_answer(corral):
                 else:
                     conn.request("GET", f"/counter/q/query?c={n}&i={i}")
                     want = f"c={n}&i={i}\n".encode()
-                t0 = time.monotonic()
                 r = conn.getresponse()
                 body = r.read()
                 if r.status != 200 or (want is not None and body != want):
                     errors.append((n, i, r.status, body))
                 elif want is not None and want != b"slow 60 ms\n":
-                    fast_times.append(time.monotonic() - t0)
+                    answered.append(i)
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append((n, "exception", repr(e)))
         finally:
@@ -538,7 +535,7 @@ def test_concurrent_requests_to_one_worker_each_get_their_own_answer(corral):
     for t in threads:
         t.join(60)
     assert not errors, errors[:10]
-    assert len(fast_times) == 32 * 25 - 8 * 5 - 8 * 5
+    assert len(answered) == 32 * 25 - 8 * 5 - 8 * 5
 
     def pipelined():  # from the server process's next report (every second)
         status, body = c.control("GET", "/processes")

@@ -306,19 +306,7 @@ int main(int argc, char** argv) {
   });
   site.route("GET /h3stats", [&h3_ptr](http::Request&) {
     nlohmann::json j;
-    if (h3_ptr) {
-      const auto& s = h3_ptr->stats();
-      j = {{"connections_active", s.connections_active},
-           {"handshakes", s.handshakes},
-           {"requests", s.requests},
-           {"packets_in", s.packets_in},
-           {"packets_out", s.packets_out},
-           {"forwarded_out", s.forwarded_out},
-           {"forwarded_in", s.forwarded_in},
-           {"stateless_resets", s.stateless_resets},
-           {"retries_sent", s.retries_sent},
-           {"dropped", s.dropped}};
-    }
+    if (h3_ptr) j = h3_ptr->stats_json();
     return http::Response::json(j);
   });
   auto built = site.build();

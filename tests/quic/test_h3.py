@@ -197,7 +197,7 @@ def test_idle_timeout(start_site, tmp_path):
                        capture_output=True, timeout=30)
     assert read(d, "whoami") == f"pid={site.proc.pid} slot=0\n".encode()
     time.sleep(1)
-    assert stats(site, tmp_path)["connections_active"] == 1  # only the stats request's
+    assert stats(site, tmp_path)["connections"] == 1  # only the stats request's
 
 
 def test_retry_auto_under_initial_flood(start_site, tmp_path):
