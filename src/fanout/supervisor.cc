@@ -275,7 +275,12 @@ void Supervisor::on_child_exit(Child* child, int code, int signo) {
   log_.info("process_exited", "slot={} pid={} generation={} how=\"{}\" ran_ms={}", child->slot,
             child->pid, child->generation, how, ran_ms);
   loop_.remove(child->pidfd.get());
-  if (child->ready_rd) loop_.remove(child->ready_rd.get());
+  if (child->ready_rd) {
+    // Its "ready" byte may be queued in this same epoll batch, after the exit: on_child_ready
+    // must not make an exited child (destroyed after this round) the slot's current process.
+    loop_.remove(child->ready_rd.get());
+    child->ready_rd.reset();
+  }
   if (current) {
     slot.current = nullptr;
     slot.last_exit = how;
