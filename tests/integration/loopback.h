@@ -5,7 +5,9 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <gtest/gtest.h>
@@ -13,6 +15,7 @@
 #include <chrono>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "core/event_loop.h"
 
@@ -43,6 +46,18 @@ inline std::string read_until(core::EventLoop& loop, int fd, std::string_view ma
     if (n == 0) break;
   }
   return got;
+}
+
+// Waits (at most 2 s) until what was sent on `fd` sits in the peer's receive queue (nothing
+// unsent or unacknowledged, SIOCOUTQ 0): the server's next loop round sees it readable. Loopback
+// delivery can lag on a busy machine; tests that need requests to arrive in one round wait here.
+inline void wait_delivered(int fd) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  int queued = 0;
+  while (::ioctl(fd, SIOCOUTQ, &queued) == 0 && queued > 0 &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  EXPECT_EQ(queued, 0) << "sent bytes not delivered to the server's socket";
 }
 
 }  // namespace corral::testing

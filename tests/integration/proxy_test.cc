@@ -111,10 +111,12 @@ class Proxy : public ::testing::Test {
   int port_ = 0;
   Responder* slow_ = nullptr;  // the upstream's pending GET /slow
 
-  // Sends `request` on a new client connection, without running the loop.
+  // Sends `request` on a new client connection, without running the loop, and waits until the
+  // server's socket has it: requests sent one after another reach the proxy in one loop round.
   int send_on_new(const std::string& request) {
     int fd = testing::connect_loopback(port_);
     EXPECT_EQ(::send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+    testing::wait_delivered(fd);
     return fd;
   }
   static std::string get(std::string_view path) {
