@@ -243,6 +243,17 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
         u->switching_ = true;
         return 2;  // the rest is the upgraded protocol: llhttp pauses after the head
       }
+      if (p->status_code == 101) return -1;  // a switch nobody asked for: malformed (502)
+      if (p->status_code < 200) {
+        // An interim response (100 Continue, 102, 103 Early Hints; RFC 9110 §15.2): not the
+        // answer, which follows on the same connection. Read past (the front already sent the
+        // client its own 100 Continue, see prepare_request); the response timeout keeps running
+        // (a worker that only ever sends 102 gets 504), and a flood of them is malformed.
+        u->headers_.clear();
+        u->content_type_.clear();
+        u->interim_ = true;
+        return ++u->interims_ > kMaxInterim ? -1 : 1;  // 1: a 1xx has no content, whatever it says
+      }
       u->on_head();
       return u->head_request_ ? 1 : 0;  // a response to HEAD has no body
     };
@@ -253,6 +264,10 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
     settings_.on_message_complete = [](llhttp_t* p) {
       auto* u = static_cast<Upstream*>(p->data);
       if (u->switching_) return 0;  // a 101 "completes" at once: the socket goes on
+      if (u->interim_) {
+        u->interim_ = false;
+        return 0;  // the final response is parsed next
+      }
       u->complete_ = true;
       // What follows is the next pipelined request's response (feed), or nobody's.
       return static_cast<int>(HPE_PAUSED);
@@ -680,6 +695,9 @@ class Upstream final : public core::IoHandler, public std::enable_shared_from_th
 
  private:
   bool complete_ = false;
+  static constexpr uint32_t kMaxInterim = 16;  // 1xx responses read past before the final one
+  bool interim_ = false;                       // the response being parsed is a 1xx
+  uint32_t interims_ = 0;
   Responder* responder_ = nullptr;
   StreamWriter* writer_ = nullptr;
   std::string pending_body_;
@@ -880,8 +898,11 @@ std::string prepare_request(const Request& req, const ProxyOptions& options) {
   r.append("Host: localhost\r\n");
   if (!req.host.empty()) r.append("Corral-Host: ").append(req.host).append("\r\n");
   for (const auto& h : req.headers) {
+    // Expect: the front has the whole body before the route runs (it answered the client's
+    // 100-continue itself, as nginx does), and the body goes with the head: no expectation is
+    // left for the upstream to meet.
     if (hop_by_hop(h.name) || corral_header(h.name) || iequals(h.name, "content-length") ||
-        iequals(h.name, "host"))
+        iequals(h.name, "host") || iequals(h.name, "expect"))
       continue;
     r.append(h.name).append(": ").append(h.value).append("\r\n");
   }

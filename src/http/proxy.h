@@ -2,7 +2,10 @@
 // proxy_to(req, path) and the response is the upstream's, streamed back with backpressure (the
 // upstream is not read while the client's queue is full). Hop-by-hop headers are dropped both
 // ways; `Corral-*` headers from the client are removed and the proxy's own are added, so the
-// upstream can trust them (only the proxy reaches its socket).
+// upstream can trust them (only the proxy reaches its socket). `Expect` is not passed on (the
+// front answers the client's 100-continue itself and has the whole body before the route runs),
+// and an upstream's interim responses (1xx other than a requested 101) are read past: the client
+// gets the final response.
 //
 // Without a pool: one upstream connection per request (`Connection: close`). With one
 // (ProxyOptions::pool): keep-alive connections, the requests of one loop round written together,

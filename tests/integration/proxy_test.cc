@@ -36,6 +36,12 @@ class Proxy : public ::testing::Test {
     });
     up.route("GET /big", [](Request&) { return Response::text(std::string(1 << 20, 'b')); });
     up.route("POST /echo", [](Request& req) { return Response::text(std::string(req.body)); });
+    // The body's size and the names of the headers the upstream saw.
+    up.route("POST /size", [](Request& req) {
+      std::string seen = std::to_string(req.body.size()) + ";";
+      for (const auto& h : req.headers) seen.append(h.name).append(";");
+      return Response::text(seen + "end.");
+    });
     // Headers both ways: the request's as the upstream saw them, and some of its own.
     up.route("GET /headers", [](Request& req) {
       std::string seen;
@@ -90,9 +96,44 @@ class Proxy : public ::testing::Test {
       return proxy_to(req, path_, {.pool = &pool_, .target = "/" + req.wildcard});
     });
     fr.route("/down/*", [](Request& req) { return proxy_to(req, "/tmp/corral-no-such.sock"); });
+    // An upstream the test answers byte by byte (raw_accept).
+    raw_path_ = path_ + ".raw";
+    raw_listener_ = core::listen_unix(raw_path_).value();
+    fr.route("/raw/*", [this](Request& req) {
+      return proxy_to(req, raw_path_, {.pool = &pool_, .target = "/" + req.wildcard});
+    });
     front_->publish(fr.build().value());
   }
-  void TearDown() override { ::unlink(path_.c_str()); }
+  void TearDown() override {
+    ::unlink(path_.c_str());
+    ::unlink(raw_path_.c_str());
+  }
+
+  // The raw upstream's next connection (running the loop until the proxy connects), with the
+  // request read from it up to the end of its head and `body_size` bytes after it.
+  core::UniqueFd raw_accept(std::string& request, size_t body_size) {
+    core::UniqueFd fd;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!fd && std::chrono::steady_clock::now() < deadline) {
+      loop_.run_once(5);
+      fd.reset(::accept4(raw_listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    }
+    EXPECT_TRUE(fd) << "the proxy never connected to the raw upstream";
+    while (fd && std::chrono::steady_clock::now() < deadline) {
+      auto end = request.find("\r\n\r\n");
+      if (end != std::string::npos && request.size() >= end + 4 + body_size) break;
+      loop_.run_once(5);
+      char buf[65536];
+      ssize_t n;
+      while ((n = ::recv(fd.get(), buf, sizeof buf, 0)) > 0)
+        request.append(buf, static_cast<size_t>(n));
+    }
+    return fd;
+  }
+  static void raw_send(const core::UniqueFd& fd, std::string_view bytes) {
+    EXPECT_EQ(::send(fd.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(bytes.size()));
+  }
 
   std::string exchange(const std::string& request, std::string_view until) {
     int fd = testing::connect_loopback(port_);
@@ -105,6 +146,8 @@ class Proxy : public ::testing::Test {
   core::EventLoop loop_;
   core::Logger log_{2, core::LogLevel::kError};
   std::string path_;
+  std::string raw_path_;
+  core::UniqueFd raw_listener_;
   std::string target_;
   std::unique_ptr<Server> upstream_, front_;
   UpstreamPool pool_{loop_};
@@ -319,6 +362,101 @@ TEST_F(Proxy, APostIsNeverPipelined) {
     ::close(fds[static_cast<size_t>(i)]);
   }
   EXPECT_EQ(upstream_->stats().accepted, 4u);  // one connection each: nothing waited behind
+}
+
+TEST_F(Proxy, ExpectContinueIsAnsweredByTheFrontAndNotPassedOn) {
+  // As curl sends a body over 1 MiB: the head with Expect, the body only after 100 Continue.
+  // The upstream (corral's Server, as a worker's) must not see Expect: it would get the head
+  // ahead of a 2 MiB body and answer its own 100, which the client must never take as final.
+  const size_t size = 2u << 20;
+  int fd = testing::connect_loopback(port_);
+  std::string head =
+      "POST /pooled/size HTTP/1.1\r\nHost: localhost\r\nExpect: 100-continue\r\n"
+      "Content-Length: " +
+      std::to_string(size) + "\r\n\r\n";
+  ASSERT_EQ(::send(fd, head.data(), head.size(), 0), static_cast<ssize_t>(head.size()));
+  auto got = testing::read_until(loop_, fd, "\r\n\r\n");
+  EXPECT_EQ(got, "HTTP/1.1 100 Continue\r\n\r\n");
+  std::string body(size, 'x');
+  size_t sent = 0;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (sent < body.size() && std::chrono::steady_clock::now() < deadline) {
+    ssize_t n = ::send(fd, body.data() + sent, body.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) sent += static_cast<size_t>(n);
+    loop_.run_once(1);
+  }
+  ASSERT_EQ(sent, body.size());
+  got = testing::read_until(loop_, fd, "end.");
+  ::close(fd);
+  EXPECT_NE(got.find("HTTP/1.1 200 OK"), std::string::npos) << got;
+  EXPECT_EQ(got.find("HTTP/1.1 100"), std::string::npos) << got;
+  EXPECT_NE(got.find(std::to_string(size) + ";"), std::string::npos) << got;
+  EXPECT_EQ(got.find("Expect;"), std::string::npos) << "Expect reached the upstream: " << got;
+}
+
+TEST_F(Proxy, AnUpstreamsInterimResponsesAreReadPastToTheFinalOne) {
+  int client = testing::connect_loopback(port_);
+  std::string req = "POST /raw/w HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\nhi";
+  ASSERT_EQ(::send(client, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+  std::string seen;
+  auto up = raw_accept(seen, 2);
+  ASSERT_TRUE(up);
+  EXPECT_NE(seen.find("\r\n\r\nhi"), std::string::npos) << seen;
+  // 100 and 103 (one with headers and a Content-Length a 1xx cannot have), then, in another
+  // read, the answer.
+  raw_send(up,
+           "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n"
+           "Content-Length: 3\r\n\r\n");
+  for (int i = 0; i < 10; ++i) loop_.run_once(1);
+  raw_send(up, "HTTP/1.1 201 Created\r\nContent-Length: 5\r\nX-Final: 1\r\n\r\nfinal");
+  auto got = testing::read_until(loop_, client, "final");
+  EXPECT_EQ(got.rfind("HTTP/1.1 201 Created\r\n", 0), 0u) << got;  // the first and only head
+  EXPECT_NE(got.find("X-Final: 1"), std::string::npos) << got;
+  EXPECT_EQ(got.find("Link:"), std::string::npos) << got;
+  EXPECT_NE(got.find("\r\n\r\nfinal"), std::string::npos) << got;
+  // The connection stays usable: the next request on it is answered too.
+  std::string again = "GET /raw/x HTTP/1.1\r\nHost: localhost\r\n\r\n";
+  ASSERT_EQ(::send(client, again.data(), again.size(), 0), static_cast<ssize_t>(again.size()));
+  std::string next;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (next.find("\r\n\r\n") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    loop_.run_once(5);
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::recv(up.get(), buf, sizeof buf, 0)) > 0) next.append(buf, static_cast<size_t>(n));
+  }
+  EXPECT_EQ(next.rfind("GET /x HTTP/1.1\r\n", 0), 0u) << next;  // on the pooled connection
+  raw_send(up, "HTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext");
+  got = testing::read_until(loop_, client, "next");
+  EXPECT_EQ(got.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << got;
+  EXPECT_NE(got.find("\r\n\r\nnext"), std::string::npos) << got;
+  ::close(client);
+}
+
+TEST_F(Proxy, AnUpstreamThatOnlySendsInterimResponsesGets502) {
+  int client = testing::connect_loopback(port_);
+  std::string req = get("/raw/w");
+  ASSERT_EQ(::send(client, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+  std::string seen;
+  auto up = raw_accept(seen, 0);
+  ASSERT_TRUE(up);
+  std::string flood;
+  for (int i = 0; i < 100; ++i) flood += "HTTP/1.1 102 Processing\r\n\r\n";
+  raw_send(up, flood);
+  auto got = testing::read_until(loop_, client, "Bad Gateway\n");
+  EXPECT_EQ(got.rfind("HTTP/1.1 502", 0), 0u) << got;
+  ::close(client);
+  // A 101 nobody asked for is no answer either.
+  client = testing::connect_loopback(port_);
+  ASSERT_EQ(::send(client, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+  seen.clear();
+  auto up2 = raw_accept(seen, 0);
+  ASSERT_TRUE(up2);
+  raw_send(up2, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: Upgrade\r\n\r\n");
+  got = testing::read_until(loop_, client, "Bad Gateway\n");
+  EXPECT_EQ(got.rfind("HTTP/1.1 502", 0), 0u) << got;
+  ::close(client);
 }
 
 }  // namespace

@@ -13,7 +13,9 @@ Start data keys (all optional):
   shutdown_exit_code: the exit status after `shutdown` (default 0; non-zero: a crash while stopping)
   events: a file to append "<monotonic> <pid> <event>" lines to (started, ready, exiting)
 Every connection to fd 4 gets "hello <address>\n" (with FAKE_WORKER_HTTP=1 in the environment,
-as the body of an HTTP/1.1 200 response, for tests through the real binary). FAKE_WORKER_START, a
+as the body of an HTTP/1.1 200 response, for tests through the real binary; with
+FAKE_WORKER_INTERIM=1 too, the 200 comes after a 100 Continue and a 103 Early Hints, each in its
+own write). FAKE_WORKER_START, a
 JSON object in the environment (a kind's `env` in corral's config, which has no start hook), gives
 defaults for the start data.
 """
@@ -60,6 +62,22 @@ def serve():
                         if not b:
                             break
                         head += b
+                    head, _, rest = head.partition(b"\r\n\r\n")
+                    length = 0
+                    for line in head.split(b"\r\n")[1:]:
+                        name, _, value = line.partition(b":")
+                        if name.strip().lower() == b"content-length":
+                            length = int(value)
+                    while len(rest) < length:  # the body, so the close is not a reset
+                        b = conn.recv(65536)
+                        if not b:
+                            break
+                        rest += b
+                    if os.environ.get("FAKE_WORKER_INTERIM") == "1":
+                        conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+                        time.sleep(0.01)
+                        conn.sendall(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n")
+                        time.sleep(0.01)
                 except OSError:
                     continue
                 body = (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
