@@ -3,7 +3,13 @@
 #include <toml++/toml.h>
 
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
 #include <set>
 
 namespace corral::cli {
@@ -83,6 +89,37 @@ class Reader {
   const toml::table& root_;
   ConfigErrors& errors_;
 };
+
+// Why the launcher (workers/launcher.cc: execvpe in the supervisor's working directory, which
+// nothing changes) could not run `program`, or nothing: a name with a '/' is that path (a relative
+// one from the working directory), a bare name is searched in the supervisor's PATH as glibc's
+// execvpe does ("/bin:/usr/bin" when PATH is unset; an empty entry is the working directory).
+std::optional<std::string> command_problem(const std::string& program) {
+  auto unusable = [](const std::string& path) -> std::optional<std::string> {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0)
+      return errno == ENOENT ? std::string("does not exist") : std::string(std::strerror(errno));
+    if (S_ISDIR(st.st_mode)) return "is a directory";
+    if (!S_ISREG(st.st_mode)) return "is not a regular file";
+    if (::access(path.c_str(), X_OK) != 0) return "is not executable";
+    return std::nullopt;
+  };
+  if (program.empty()) return "'' is not a program";
+  if (program.find('/') != std::string::npos) {
+    if (auto why = unusable(program)) return "'" + program + "' " + *why;
+    return std::nullopt;
+  }
+  const char* env = std::getenv("PATH");
+  std::string path = env ? env : "/bin:/usr/bin";
+  for (size_t begin = 0;;) {
+    size_t end = path.find(':', begin);
+    std::string dir = path.substr(begin, end == std::string::npos ? end : end - begin);
+    if (!unusable((dir.empty() ? "." : dir) + "/" + program)) return std::nullopt;
+    if (end == std::string::npos) break;
+    begin = end + 1;
+  }
+  return "'" + program + "' is not an executable file in PATH (" + path + ")";
+}
 
 }  // namespace
 
@@ -174,6 +211,8 @@ ConfigErrors load_config(const std::string& path, Config& c) {
         strings("routes", k.routes);
         if (k.command.empty())
           errors.problems.push_back(prefix + "command: required (the worker's argv)");
+        else if (auto why = command_problem(k.command[0]))
+          errors.problems.push_back(prefix + "command: " + *why);
         if (k.routes.empty())
           errors.problems.push_back(prefix + "routes: required (e.g. [\"/" + k.name +
                                     "/{id}/*\"])");

@@ -799,6 +799,11 @@ def test_start_during_stop_waits_for_the_old_worker(corral, worker_kind):
 def test_failed_starts(corral, tmp_path):
     """A start timer, an exec that fails, a program that exits before `started`: each failed,
     503 at once, no new fork; the start timer kills the whole process group."""
+    # `corral check` (and so serve) refuses a program that does not exist: this one is removed
+    # once corral runs, so its exec fails.
+    gone = tmp_path / "removed-worker"
+    gone.write_text("#!/bin/sh\nexit 0\n")
+    gone.chmod(0o755)
     hang = tmp_path / "hang.py"
     hang.write_text("import subprocess, time\n"
                     "subprocess.Popen(['sleep', '300'])\n"  # a grandchild in its process group
@@ -809,13 +814,14 @@ command = ["/usr/bin/python3", {toml_str(str(hang))}]
 routes = ["/hang/{{id}}/*"]
 start_timeout = "1s"
 [workers.nope]
-command = [{toml_str(str(tmp_path / "does-not-exist"))}]
+command = [{toml_str(str(gone))}]
 routes = ["/nope/{{id}}/*"]
 [workers.quit]
 command = ["/bin/true"]
 routes = ["/quit/{{id}}/*"]
 """
     c = corral("py", extra=extra)
+    gone.unlink()
     t0 = time.monotonic()
     err = assert_json_error(*c.get("/hang/1/"))
     assert 0.9 <= time.monotonic() - t0 < 5
