@@ -52,6 +52,7 @@ inline constexpr uint16_t kCloseGoingAway = 1001;
 inline constexpr uint16_t kCloseProtocolError = 1002;
 inline constexpr uint16_t kCloseNoStatus = 1005;  // reported by on_close for an empty close frame
 inline constexpr uint16_t kCloseInvalidData = 1007;
+inline constexpr uint16_t kClosePolicyViolation = 1008;  // output cap, ping flood
 inline constexpr uint16_t kCloseTooBig = 1009;
 inline constexpr uint16_t kCloseInternalError = 1011;
 

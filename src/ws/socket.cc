@@ -23,6 +23,10 @@ namespace {
 
 constexpr size_t kReadSize = 16 * 1024;
 constexpr uint32_t kLingerMs = 1000;
+// Pings left unanswered (coalesced) because the pong before them is still stuck in our output: a
+// peer that sends this many while it reads nothing floods (a client library pings every few
+// seconds; a flood sends ~130 per 16 KiB read). Its connection is dropped with 1008.
+constexpr size_t kMaxCoalescedPings = 1024;
 
 // One upgraded connection: the Socket the application sees, the frame codec, the loop's handler,
 // and the Server's record of it (graceful close, site swaps).
@@ -98,16 +102,27 @@ class Connection final : public Socket,
   bool send(Opcode op, std::string_view payload) {
     if (state_ != State::kOpen) return false;
     encoder_.encode_message(op, payload, out_);
-    if (out_.size() > limits_.max_buffered) {
-      // A peer that does not read: drop it rather than grow this process's memory.
-      server_.log().warn("ws_output_cap", "remote={} pattern=\"{}\" buffered={} cap={}",
-                         remote_address_, pattern_, out_.size(), limits_.max_buffered);
-      report_close(1008, "output buffer limit");
-      finish();
-      return false;
+    return queued();
+  }
+
+  // Every frame goes out through here, data and control alike (pongs, pings, close frames): they
+  // all count against max_buffered. Over it the peer is not reading: it would not read a close
+  // frame either, so the connection is dropped at once and its memory freed (1008 to on_close and
+  // the log). false: dropped.
+  bool queued() {
+    if (out_.size() <= limits_.max_buffered) {
+      schedule_flush();
+      return true;
     }
-    schedule_flush();
-    return true;
+    server_.log().warn("ws_output_cap", "remote={} pattern=\"{}\" buffered={} cap={} code=1008",
+                       remote_address_, pattern_, out_.size(), limits_.max_buffered);
+    drop(kClosePolicyViolation, "output buffer limit");
+    return false;
+  }
+
+  void drop(uint16_t code, const char* reason) {
+    report_close(code, reason);
+    abort(nullptr);
   }
 
   void close_from_server(uint16_t code, std::string_view reason) {
@@ -120,7 +135,7 @@ class Connection final : public Socket,
     close_code_ = report_code;
     close_reason_.assign(reason);
     timer_.arm_after(limits_.close_timeout_ms);
-    schedule_flush();
+    queued();
   }
 
   void schedule_flush() {
@@ -164,7 +179,7 @@ class Connection final : public Socket,
       } else {
         decode();
       }
-      flush();
+      if (state_ != State::kDone) flush();
       return;
     }
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
@@ -184,10 +199,28 @@ class Connection final : public Socket,
     Socket::on_message(*this, payload, opcode == Opcode::kBinary);
   }
   void on_ping(std::string_view payload) override {
-    if (state_ == State::kOpen || state_ == State::kClosing) {
-      encoder_.encode(Opcode::kPong, payload, out_);
-      schedule_flush();
+    if (state_ != State::kOpen && state_ != State::kClosing) return;
+    if (pong_left_ > 0 && blocked_) {
+      // Our last pong is still queued behind a socket the peer does not read: answer only the
+      // most recent ping once it is out (RFC 6455 §5.5.3), so a ping flood costs one 125-byte
+      // slot, not a pong each.
+      owed_pong_.assign(payload);
+      pong_owed_ = true;
+      if (++coalesced_pings_ > kMaxCoalescedPings) {
+        server_.log().warn("ws_ping_flood",
+                           "remote={} pattern=\"{}\" unanswered={} buffered={} code=1008",
+                           remote_address_, pattern_, coalesced_pings_, out_.size());
+        drop(kClosePolicyViolation, "ping flood");
+      }
+      return;
     }
+    queue_pong(payload);
+  }
+
+  void queue_pong(std::string_view payload) {
+    encoder_.encode(Opcode::kPong, payload, out_);
+    pong_left_ = out_.size();
+    queued();
   }
   void on_pong(std::string_view) override {}
   void on_close(uint16_t code, std::string_view reason) override {
@@ -195,6 +228,7 @@ class Connection final : public Socket,
       // The peer closes: echo its code (an empty close gets an empty close), then finish.
       encoder_.encode_close(code == kCloseNoStatus ? 0 : code, {}, out_);
       report_close(code, reason);
+      if (!queued()) return;
     } else {
       report_close(close_code_, close_reason_);  // the answer to our close
     }
@@ -205,6 +239,7 @@ class Connection final : public Socket,
                        remote_address_, pattern_, close_code, reason);
     if (state_ == State::kOpen) encoder_.encode_close(close_code, reason, out_);
     report_close(close_code, reason);
+    if (!queued()) return;
     finish();
   }
 
@@ -255,6 +290,7 @@ class Connection final : public Socket,
     }
     if (silent >= limits_.ping_interval_ms) {
       encoder_.encode(Opcode::kPing, {}, out_);
+      if (!queued()) return;
       flush();
     }
     uint64_t next = limits_.ping_interval_ms;
@@ -263,11 +299,23 @@ class Connection final : public Socket,
   }
 
   void flush() {
+    if (state_ == State::kDone) return;
     while (!out_.empty()) {
       ssize_t n = tls_ ? tls_->send(out_.data(), out_.size())
                        : ::send(fd_.get(), out_.data(), out_.size(), MSG_NOSIGNAL);
       if (n > 0) {
         out_.consume(static_cast<size_t>(n));
+        if (pong_left_ > 0) {
+          pong_left_ -= std::min(pong_left_, static_cast<size_t>(n));
+          if (pong_left_ == 0) {
+            coalesced_pings_ = 0;  // the peer reads: our pongs get through
+            if (pong_owed_ && (state_ == State::kOpen || state_ == State::kClosing)) {
+              pong_owed_ = false;
+              encoder_.encode(Opcode::kPong, owed_pong_, out_);
+              pong_left_ = out_.size();  // at most 127 bytes, after bytes just went out
+            }
+          }
+        }
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
@@ -276,6 +324,7 @@ class Connection final : public Socket,
       abort(nullptr);
       return;
     }
+    blocked_ = !out_.empty();  // only EAGAIN leaves bytes behind
     if (state_ == State::kDraining && out_.empty() && !shut_) {
       shut_ = true;
       if (tls_) tls_->bye();
@@ -293,6 +342,7 @@ class Connection final : public Socket,
     if (why) server_.log().info("ws_closed", "remote={} reason=\"{}\"", remote_address_, why);
     report_close(1006, why ? why : "connection lost");
     state_ = State::kDone;
+    decoder_.stop();  // dropped from a frame callback: feed() returns at once
     timer_.cancel();
     tls_.reset();
     if (fd_) {
@@ -329,6 +379,13 @@ class Connection final : public Socket,
   bool reported_ = false;
   bool attached_ = false;
   bool shut_ = false;
+  // Pong coalescing (on_ping): bytes of out_ up to the end of the last queued pong (0: none
+  // queued), whether the last flush left output behind, the latest ping not yet answered.
+  size_t pong_left_ = 0;
+  bool blocked_ = false;
+  bool pong_owed_ = false;
+  size_t coalesced_pings_ = 0;
+  std::string owed_pong_;
 };
 
 class SocketUpgrade final : public http::UpgradeHandler {

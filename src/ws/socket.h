@@ -8,8 +8,11 @@
 //
 // Limits per socket (SocketLimits, chosen per request: they may depend on the principal): the
 // largest message (1009 closes that socket only), an output cap for a peer that does not read
-// (the connection is dropped rather than the process's memory grown), a ping when idle and a
-// close when the peer stays silent, and a timeout for the closing handshake.
+// (every queued frame counts, pongs and other control frames too: over it the connection is
+// dropped with 1008 and its memory freed rather than the process's memory grown), a ping when idle
+// and a close when the peer stays silent, and a timeout for the closing handshake. Pings that
+// arrive while our last pong is stuck behind unread output are coalesced (only the most recent is
+// answered, RFC 6455 §5.5.3); a peer that sends over 1024 of them is dropped with 1008.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +29,7 @@ namespace corral::ws {
 
 struct SocketLimits {
   uint64_t max_message = 1024 * 1024;     // bytes per message (after inflation); 1009 above
-  size_t max_buffered = 4 * 1024 * 1024;  // queued output; above it the connection is dropped
+  size_t max_buffered = 4 * 1024 * 1024;  // queued output, all frames; above it: dropped, 1008
   uint32_t ping_interval_ms = 20'000;     // silent this long: a ping
   uint32_t idle_timeout_ms = 60'000;      // silent this long (pings unanswered): close 1001
   uint32_t close_timeout_ms = 5'000;      // the peer's answer to our close frame

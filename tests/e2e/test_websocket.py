@@ -20,6 +20,7 @@ import base64
 import hashlib
 import os
 import re
+import selectors
 import signal
 import socket
 import struct
@@ -674,6 +675,86 @@ def test_output_cap_drops_a_peer_that_does_not_read(srv, raw, deflate):
     ok = raw("/ws/limited")
     ok.send(frame(OP_TEXT, b"alive"))
     assert ok.read_message() == (OP_TEXT, b"alive")
+
+
+def open_ws_small_rcvbuf(srv, path="/ws/echo"):
+    """A raw WebSocket whose receive buffer is small and fixed, so that output the client does not
+    read piles up in the server rather than in this socket."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    s.settimeout(5)
+    s.connect((srv.host, srv.port))
+    srv.clients.append(s)
+    req, key = handshake_request(srv.port, path)
+    s.sendall(req)
+    status, headers, body, rest = read_response(s, 5)
+    assert status == 101, (status, headers, body)
+    assert headers.get("sec-websocket-accept") == accept_for(key), headers
+    return RawWs(s, rest, headers)
+
+
+def test_ping_flood_without_reading_is_dropped_with_bounded_memory(srv, raw):
+    """Issue 11 #3: masked 125-byte pings in a loop, never reading. Once the kernel's buffers are
+    full, pongs are coalesced (one owed answer, not one each) and the peer is dropped with 1008
+    after 1024 unanswered pings; the process's memory stays flat and another socket is served
+    throughout. (Before: every ping queued a pong, 5.7 GB in 15 s.)"""
+    pid = srv.proc.pid
+    rss0 = rss_kib(pid)
+    before = srv.log().count("ws_ping_flood")
+    other = raw()
+    flood = open_ws_small_rcvbuf(srv)
+    batch = b"".join(frame(OP_PING, bytes([i]) * 125) for i in range(256))  # ~33 KB
+    # The kernel's buffers (a few MiB) hold the pongs a non-reader never takes; the process's own
+    # memory does not grow with the flood. (ASan's quarantine keeps freed blocks: allow it some
+    # headroom.)
+    bound = 48 if os.environ.get("CORRAL_SANITIZED") else 16
+    flood.sock.setblocking(False)
+    pushed, peak, rounds, dropped = 0, rss0, 0, False
+    budget = 128 * 1024 * 1024  # before the fix, every 131 bytes of it queued a 127-byte pong
+    deadline = time.monotonic() + 60
+    try:
+        while pushed < budget and time.monotonic() < deadline and peak - rss0 < bound * 1024:
+            try:
+                n = flood.sock.send(batch[pushed % len(batch):])  # a partial send goes on from there
+                pushed += n
+            except BlockingIOError:
+                sel_wait_writable(flood.sock)
+            except (BrokenPipeError, ConnectionResetError):
+                dropped = True
+                break
+            rounds += 1
+            if rounds % 64 == 0:
+                peak = max(peak, rss_kib(pid))
+                other.send(frame(OP_TEXT, b"still here %d" % rounds))
+                assert other.read_message() == (OP_TEXT, b"still here %d" % rounds)
+        peak = max(peak, rss_kib(pid))
+        print(f"pushed {pushed} bytes of pings; RSS {rss0} -> peak {peak} KiB")
+        assert peak - rss0 < bound * 1024, f"RSS grew by {(peak - rss0) // 1024} MiB"
+        assert dropped, f"still connected after {pushed >> 20} MiB of pings"
+        m = srv.wait_log(r"ws_ping_flood remote=\S+ pattern=\"(GET )?/ws/echo\" unanswered=1025 "
+                         r"buffered=\d+ code=1008")
+        assert srv.log().count("ws_ping_flood") == before + 1, m
+    finally:
+        flood.sock.setblocking(True)
+    # Served after it too.
+    other.send(frame(OP_PING, b"after"))
+    assert other.read_frame().payload == b"after"
+
+
+def sel_wait_writable(sock, timeout=0.1):
+    with selectors.DefaultSelector() as sel:
+        sel.register(sock, selectors.EVENT_WRITE)
+        sel.select(timeout)
+
+
+def test_pings_of_a_reading_peer_are_each_answered(raw):
+    """Coalescing is for a peer that does not read: pings that arrive together, from a peer that
+    reads, each get their own pong in order."""
+    c = raw()
+    c.send(b"".join(frame(OP_PING, b"%d" % i) for i in range(50)))
+    for i in range(50):
+        f = c.read_frame()
+        assert (f.opcode, f.payload) == (OP_PONG, b"%d" % i)
 
 
 # --- handshake refusals and acceptance ----------------------------------------------------------
