@@ -10,6 +10,7 @@ The same counter as examples/worker_cpp/main.cc, one per address:
     GET  /slow?ms=N  answers after N ms (a request in flight: not idle meanwhile)
     GET  /crash      aborts (a crash: the address becomes failed)
     GET  /fatal      reports a fatal error whose text holds a secret; only the redacted form crosses
+    GET  /headers    the request's header lines as received, a JSON list of [name, value]
 
 The count lives in <state dir>/data/<address>.count, the address percent-encoded as in the lock path
 ("doc%3A42.count": a key can hold any byte, "/" and ".." included): read at setup, written by a
@@ -456,8 +457,12 @@ def setup(runtime):
         runtime.fatal(RuntimeError("database refused password secret-123"))
         h.reply(500, "fatal\n")
 
+    def headers(h, _q):
+        h.reply(200, json.dumps([[k, v] for k, v in h.headers.items()]), "application/json")
+
     routes = {
         ("GET", "/"): get_count,
+        ("GET", "/headers"): headers,
         ("POST", "/inc"): inc,
         ("GET", "/start"): start,
         ("GET", "/busy"): busy,

@@ -194,6 +194,37 @@ bool has_forwarding_header(const Headers& headers) {
   return false;
 }
 
+// Whether `name` contains '_' and, read with '_' as '-' and case-insensitively, names a header
+// corral trusts: one it sets itself for a route or a worker (Corral-*: Corral-Principal,
+// Corral-Remote-Address, Corral-Host, ...) or one a relay sets (Forwarded, X-Forwarded-*,
+// X-Real-IP). CGI and WSGI map both '-' and '_' to '_' (HTTP_CORRAL_PRINCIPAL), so
+// `Corral_Principal: admin` would otherwise pass as the trusted header behind our back.
+bool disguised_trusted_header(std::string_view name) {
+  if (name.find('_') == std::string_view::npos) return false;
+  auto folded = [](char c) {
+    if (c == '_') return '-';
+    return c >= 'A' && c <= 'Z' ? static_cast<char>(c | 0x20) : c;
+  };
+  auto starts = [&](std::string_view prefix) {
+    if (name.size() < prefix.size()) return false;
+    for (size_t i = 0; i < prefix.size(); ++i)
+      if (folded(name[i]) != prefix[i]) return false;
+    return true;
+  };
+  auto equals = [&](std::string_view other) {
+    return name.size() == other.size() && starts(other);
+  };
+  return starts("corral-") || starts("x-forwarded-") || equals("forwarded") || equals("x-real-ip");
+}
+
+// Drops every disguised trusted header; returns how many there were.
+uint16_t drop_disguised_headers(Headers& headers) {
+  auto& list = headers.list();
+  size_t before = list.size();
+  std::erase_if(list, [](const Header& h) { return disguised_trusted_header(h.name); });
+  return static_cast<uint16_t>(before - list.size());
+}
+
 // What a relay said about the client.
 struct ClientInfo {
   std::optional<IpAddress> address;  // none: keep the relay's own (unknown, obfuscated, absent)
@@ -590,7 +621,10 @@ Admission admit(Request& req, const Peer& peer, const AdmissionPolicy& policy) {
     if (!policy.host_allowed(host_without_port(host))) return {403, "host not allowed"};
   }
 
-  // 4. Forwarding headers: only a relay may say who the client is.
+  // 4. Forwarding headers: only a relay may say who the client is. A trusted header spelt with
+  // '_' for '-' is dropped (not refused: nginx ignores such names by default, so no legitimate
+  // relay sends them, and a stray one need not cost the client its request).
+  uint16_t dropped = drop_disguised_headers(req.headers);
   ClientInfo client;
   if (has_forwarding_header(req.headers)) {
     if (!policy.is_relay(peer.ip)) return {403, "forwarded header from a non-relay"};
@@ -605,7 +639,9 @@ Admission admit(Request& req, const Peer& peer, const AdmissionPolicy& policy) {
     req.remote_address.assign(peer.text());
   }
   if (!client.scheme.empty()) req.scheme = client.scheme;
-  return kOk;
+  Admission ok = kOk;
+  ok.dropped_headers = dropped;
+  return ok;
 }
 
 Admission admit(Request& req, const core::SocketAddress& peer, const AdmissionPolicy& policy) {

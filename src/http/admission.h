@@ -89,6 +89,9 @@ core::Result<std::string> normalize_allowed_host(std::string_view text);
 struct Admission {
   int status = 0;           // 0: admitted; else 400, 403 or 501 to answer, then close
   std::string_view reason;  // static text for the log line, e.g. "host not allowed"
+  // Admitted, after dropping this many headers that spell a trusted header with '_' for '-'
+  // (`Corral_Principal`, `x_forwarded_for`): the caller may log it.
+  uint16_t dropped_headers = 0;
 
   bool admitted() const { return status == 0; }
 };
@@ -103,7 +106,9 @@ bool is_loopback_host(std::string_view host_without_port);
 bool valid_host(std::string_view host);
 
 // The checks, in order: method (501), target (403 absolute-form, else 400), Host (400 syntax,
-// 403 not allowed), forwarding headers (403 from a non-relay, 400 malformed from a relay). Fills
+// 403 not allowed), forwarding headers (403 from a non-relay, 400 malformed from a relay). Headers
+// whose name, with '_' read as '-', case-insensitively is a trusted one (Corral-*, Forwarded,
+// X-Forwarded-*, X-Real-IP) are removed from req.headers, whoever sent them. Fills
 // req.path and req.query from req.target when the caller left req.path empty. An HTTP/1.0 request
 // without Host is admitted with an empty req.host: every browser sends Host, so a DNS-rebinding
 // page cannot use this to reach us.

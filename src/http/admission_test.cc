@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <initializer_list>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 namespace corral::http {
 namespace {
@@ -223,6 +225,35 @@ TEST_F(AdmissionTest, ForwardedHeadersFromNonRelay) {
   policy_.relays = {relay("10.0.0.0/8")};
   Request req = request("/", {{"Host", "localhost"}, {"X-Forwarded-For", "1.2.3.4"}});
   EXPECT_EQ(admit_from(req).status, 403);
+}
+
+TEST_F(AdmissionTest, TrustedHeadersSpeltWithUnderscoresAreDropped) {
+  Request req = request("/", {{"Host", "localhost"},
+                              {"Corral_Principal", "admin"},
+                              {"corral_principal", "admin"},
+                              {"CORRAL_Remote_Address", "10.0.0.1"},
+                              {"Corral-Principal", "kept: the proxy strips its own spelling"},
+                              {"X_Forwarded_For", "1.2.3.4"},
+                              {"x_forwarded_host", "evil"},
+                              {"X_Real_IP", "1.2.3.4"},
+                              {"My_Header", "ok"},
+                              {"Forwarded_X", "ok"},
+                              {"X_Forwarded", "ok"},
+                              {"X-Ordinary", "ok"}});
+  Admission a = admit_from(req);
+  EXPECT_EQ(a.status, 0);
+  EXPECT_EQ(a.dropped_headers, 6);
+  std::vector<std::string_view> names;
+  for (const auto& h : req.headers) names.push_back(h.name);
+  EXPECT_EQ(names, (std::vector<std::string_view>{"Host", "Corral-Principal", "My_Header",
+                                                  "Forwarded_X", "X_Forwarded", "X-Ordinary"}));
+  // Dropped from a relay too: a relay never sends them (nginx ignores such names by default).
+  policy_.relays = {relay("127.0.0.0/8")};
+  Request relayed = request("/", {{"Host", "localhost"}, {"X_Forwarded_For", "1.2.3.4"}});
+  a = admit_from(relayed);
+  EXPECT_EQ(a.status, 0);
+  EXPECT_EQ(a.dropped_headers, 1);
+  EXPECT_EQ(relayed.remote_address, "127.0.0.1");
 }
 
 TEST_F(AdmissionTest, XForwardedForFromRelay) {

@@ -292,6 +292,11 @@ void Connection::dispatch() {
     respond_error(a.status, a.reason);
     return;
   }
+  if (a.dropped_headers) {
+    server_.log().debug("headers_dropped",
+                        "remote={} count={} reason=\"trusted header spelt with '_'\"", peer_ip_,
+                        a.dropped_headers);
+  }
   if (!req_.host.empty() && admitted_host_ != req_.host) admitted_host_.assign(req_.host);
   if (!server_.site()) {
     phase_ = Phase::kWaitingSite;
