@@ -165,11 +165,12 @@ ConfigErrors load_config(const std::string& path, Config& c) {
   r.check_unknown(root, "",
                   {"listen", "root", "processes", "pin", "state_dir", "workers", "log_level",
                    "access_log", "allowed_hosts", "relays", "limits", "timeouts", "server_name",
-                   "referrer_policy", "tls", "http3", "process_header"});
+                   "referrer_policy", "tls", "http3", "process_header", "serve_dotfiles"});
   r.string(root, "listen", c.listen);
   if (auto p = core::parse_address(c.listen); !p)
     errors.problems.push_back(fmt::format("listen: {}", p.error().reason));
   r.string(root, "root", c.root);
+  r.boolean(root, "serve_dotfiles", c.serve_dotfiles);
   r.integer(root, "", "processes", c.processes, 0, 64);
   r.string(root, "state_dir", c.state_dir);
   if (auto* node = root.get("workers")) {

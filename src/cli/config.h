@@ -58,6 +58,9 @@ struct Config {
   std::string state_dir;  // empty: $XDG_STATE_HOME/corral or ./.corral
   TlsConfig tls;
   Http3Config http3;
+  // With a root: serve paths with a segment starting with '.' (`.env`, `.git/`); false: 404
+  // (a first segment `.well-known` is always served).
+  bool serve_dotfiles = false;
   bool process_header = false;  // Corral-Process: slot=S pid=P on every response (tests, debugging)
 };
 

@@ -43,6 +43,7 @@ struct Flags {
   bool no_access_log = false;
   int processes = -1;  // -1: not given
   bool pin = false;
+  bool serve_dotfiles = false;
 };
 
 // Everything a server process needs, built and validated before any process starts.
@@ -155,6 +156,7 @@ cli::ConfigErrors prepare(const Flags& flags, core::Logger& log, Prepared& out,
   cli::check_http3(config.http3, errors);
   if (flags.processes >= 0) config.processes = flags.processes;
   if (flags.pin) config.pin = true;
+  if (flags.serve_dotfiles) config.serve_dotfiles = true;
   if (!flags.log_level.empty() && !parse_level(flags.log_level, config.log_level))
     errors.problems.push_back("--log-level: expected one of debug, info, warn, error");
   auto addr = core::parse_address(config.listen);
@@ -174,7 +176,7 @@ cli::ConfigErrors prepare(const Flags& flags, core::Logger& log, Prepared& out,
     cli::add_welcome_routes(builder, demo);
     cli::add_welcome_sockets(builder);
   } else {
-    cli::add_static_routes(builder, config.root);
+    cli::add_static_routes(builder, config.root, config.serve_dotfiles);
   }
   if (config.process_header) cli::add_process_header(builder);
   builder.on_error([&log](const http::ErrorEvent& e) {
@@ -521,6 +523,8 @@ int main(int argc, char** argv) {
       "are configured (the default demo is a worker kind), 0 one per "
       "CPU, N (at most 64) N under a supervisor");
   serve_cmd->add_flag("--pin", flags.pin, "Pin process i to the i-th CPU this process may use");
+  serve_cmd->add_flag("--serve-dotfiles", flags.serve_dotfiles,
+                      "Serve files and directories whose name starts with '.' (default: 404)");
   serve_cmd->add_option("--log-level", flags.log_level, "debug, info, warn or error");
   serve_cmd->add_option("--state-dir", flags.state_dir,
                         "State directory (default $XDG_STATE_HOME/corral or ./.corral)");

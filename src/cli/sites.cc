@@ -112,11 +112,12 @@ void add_welcome_sockets(http::SiteBuilder& site) {
   ws::add_socket_route(site, "/ws/echo", std::move(echo));
 }
 
-void add_static_routes(http::SiteBuilder& site, const std::string& root) {
-  site.route("GET /*", [root](http::Request& req) {
+void add_static_routes(http::SiteBuilder& site, const std::string& root, bool serve_dotfiles) {
+  site.route("GET /*", [root, serve_dotfiles](http::Request& req) {
     http::FileSpec spec;
     spec.root = root;
     spec.path = req.wildcard;
+    spec.dotfiles = serve_dotfiles;
     return http::Response::file(std::move(spec));
   });
 }

@@ -12,7 +12,9 @@ namespace corral::cli {
 void add_welcome_routes(http::SiteBuilder& site, bool demo = false);
 // The welcome site's WebSocket echo at /ws/echo.
 void add_welcome_sockets(http::SiteBuilder& site);
-void add_static_routes(http::SiteBuilder& site, const std::string& root);
+// GET /* serves files beneath `root`; dotfiles are 404 unless `serve_dotfiles`.
+void add_static_routes(http::SiteBuilder& site, const std::string& root,
+                       bool serve_dotfiles = false);
 
 // `Corral-Process: slot=S pid=P` on every response (config `server.process_header`): which server
 // process answered, for tests and debugging of the fan-out. The slot is set by each process after

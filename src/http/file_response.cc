@@ -125,6 +125,23 @@ bool is_attr_char(unsigned char c) {
   return std::string_view("!#$&+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos;
 }
 
+// Whether `rel` (a path beneath the root, '/'-separated) has a segment starting with '.' other
+// than a first segment ".well-known". Such files are a site's secrets far more often than its
+// content (.env, .git/, .htpasswd, .ssh/), so they are served only when asked for. "." and ".."
+// name no file: RESOLVE_BENEATH keeps them inside the root (admission refuses them in targets).
+bool hidden_path(std::string_view rel) {
+  bool first = true;
+  while (!rel.empty()) {
+    size_t slash = rel.find('/');
+    std::string_view seg = rel.substr(0, slash);
+    rel = slash == std::string_view::npos ? std::string_view() : rel.substr(slash + 1);
+    if (seg.empty() || seg == "." || seg == "..") continue;
+    if (seg.front() == '.' && !(first && seg == ".well-known")) return true;
+    first = false;
+  }
+  return false;
+}
+
 ResolvedFile fail(ResolvedFile& out, int status) {
   out.status = status;
   out.fd.reset();
@@ -217,6 +234,7 @@ ResolvedFile resolve_file(const Request& req, const FileSpec& spec) {
     if (!root) return fail(out, status_for_errno(errno));
     std::string_view p = spec.path;
     while (!p.empty() && p.front() == '/') p.remove_prefix(1);
+    if (!spec.dotfiles && hidden_path(p)) return fail(out, 404);
     rel = p.empty() ? std::string(".") : std::string(p);
     fd = open_beneath(root.get(), rel);
   } else {

@@ -10,6 +10,9 @@
 // is missing (ENOSYS, e.g. some sandboxes) a fallback walks the path one component at a time and
 // refuses every symlink and every "..". Without a root, the path is opened as given.
 //
+// Dotfiles: with a root, a path with a segment starting with '.' is 404 (before anything is
+// opened) unless FileSpec::dotfiles says otherwise; a first segment ".well-known" is allowed.
+//
 // Blocking: opening and fstat-ing a file are synchronous filesystem calls (as in nginx without
 // thread pools). FIFOs and devices are opened non-blocking and refused (404), never read.
 #pragma once

@@ -544,5 +544,36 @@ TEST_F(FileResponseTest, OpenBeneathWalkFallback) {
   EXPECT_EQ(open_walk(std::string_view("a\0b", 3)), -ENOENT);
 }
 
+TEST_F(FileResponseTest, DotfilesAre404UnlessAllowed) {
+  ASSERT_EQ(::mkdir((root_ + "/.git").c_str(), 0755), 0);
+  write_file(root_ + "/.git/config", "[core]");
+  write_file(root_ + "/.env", "SECRET=1");
+  write_file(root_ + "/docs/.htpasswd", "admin:x");
+  ASSERT_EQ(::mkdir((root_ + "/.well-known").c_str(), 0755), 0);
+  write_file(root_ + "/.well-known/security.txt", "Contact: x");
+  write_file(root_ + "/.well-known/.secret", "x");
+  for (std::string p : {".env", "/.env", ".git/config", ".git", ".git/", "docs/.htpasswd", "//.env",
+                        ".well-known/.secret", "docs/.well-known/x"}) {
+    ResolvedFile f = get(p);
+    EXPECT_EQ(f.status, 404) << p;
+    EXPECT_FALSE(f.fd) << p;
+  }
+  EXPECT_EQ(body_of(get(".well-known/security.txt")), "Contact: x");
+  EXPECT_EQ(body_of(get("/.well-known/security.txt")), "Contact: x");
+  EXPECT_EQ(body_of(get("docs/../hello.txt")), "Hello, world!\n");  // not a dotfile
+
+  FileSpec spec;
+  spec.root = root_;
+  spec.dotfiles = true;
+  spec.path = ".env";
+  EXPECT_EQ(body_of(get_spec(spec)), "SECRET=1");
+  spec.path = ".git/config";
+  EXPECT_EQ(body_of(get_spec(spec)), "[core]");
+  // Without a root the application chose the path: no rule.
+  FileSpec abs;
+  abs.path = root_ + "/.env";
+  EXPECT_EQ(body_of(get_spec(abs)), "SECRET=1");
+}
+
 }  // namespace
 }  // namespace corral::http

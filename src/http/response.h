@@ -38,6 +38,10 @@ struct FileSpec {
   std::string content_type;     // empty: by extension
   bool directory_index = true;  // a directory serves its index.html
   uint32_t max_age = 0;         // Cache-Control max-age seconds, 0: no Cache-Control header
+  // With a root: whether a path segment starting with '.' (`.env`, `.git/config`, `a/.htpasswd`)
+  // may be served. Off (the default): 404, except a first segment `.well-known` (RFC 8615), whose
+  // own segments are checked the same way.
+  bool dotfiles = false;
 };
 
 // The connection's side of a stream, handed to the producer. Valid from on_start until on_abort

@@ -460,3 +460,62 @@ def test_corral_serve_dir(server_factory, tmp_path):
     r = requests.post(srv.url + "/", data=b"x", timeout=5)
     assert r.status_code == 405
     srv.wait_log(r"access remote=127\.0\.0\.1 method=GET target=/data\.json status=200")
+
+
+def dotfile_root(tmp_path):
+    root = tmp_path / "dotted"
+    root.mkdir()
+    (root / "index.html").write_text("<h1>home</h1>\n")
+    (root / ".env").write_text("SECRET=hunter2\n")
+    (root / ".git").mkdir()
+    (root / ".git" / "config").write_text("[core] secret\n")
+    (root / "a").mkdir()
+    (root / "a" / ".htpasswd").write_text("admin:secret\n")
+    (root / "a" / "b.txt").write_text("b\n")
+    (root / ".well-known").mkdir()
+    (root / ".well-known" / "security.txt").write_text("Contact: mailto:sec@example.com\n")
+    (root / ".well-known" / ".hidden").write_text("secret\n")
+    return root
+
+
+HIDDEN = [b"/.env", b"/.git/config", b"/.git/", b"/.git", b"/a/.htpasswd", b"/%2eenv",
+          b"/.well-known/.hidden", b"/a/%2Ehtpasswd"]
+
+
+def test_corral_serve_dir_refuses_dotfiles(server_factory, tmp_path):
+    """Issue 11 #12: `corral serve DIR` answered /.env and /.git/config. A path segment starting
+    with '.' is 404 by default (escaped or not); /.well-known/ is served; nothing else changes."""
+    root = dotfile_root(tmp_path)
+    srv = server_factory(str(root), binary=CORRAL_BIN)
+    for target in HIDDEN:
+        status, _, body = raw_get(srv, target)
+        assert status == 404, (target, status)
+        assert b"secret" not in body and b"hunter2" not in body, target
+    assert get(srv, "/.well-known/security.txt").content == b"Contact: mailto:sec@example.com\n"
+    assert get(srv, "/a/b.txt").content == b"b\n"
+    assert get(srv, "/").content == b"<h1>home</h1>\n"
+
+
+@pytest.mark.parametrize("how", ["flag", "config"])
+def test_corral_serve_dir_dotfiles_opt_in(server_factory, tmp_path, how):
+    root = dotfile_root(tmp_path)
+    if how == "flag":
+        srv = server_factory(str(root), "--serve-dotfiles", binary=CORRAL_BIN)
+    else:
+        srv = server_factory(binary=CORRAL_BIN, config=f'root = "{root}"\nserve_dotfiles = true\n')
+    assert get(srv, "/.env").content == b"SECRET=hunter2\n"
+    assert get(srv, "/.git/config").content == b"[core] secret\n"
+    assert get(srv, "/a/.htpasswd").content == b"admin:secret\n"
+
+
+def test_corral_check_serve_dotfiles_type(tmp_path):
+    cfg = tmp_path / "corral.toml"
+    cfg.write_text('serve_dotfiles = "yes"\n')
+    r = subprocess.run([CORRAL_BIN, "check", "--config", str(cfg)], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 78
+    assert "serve_dotfiles: expected true or false" in r.stdout + r.stderr, r.stdout + r.stderr
+    cfg.write_text("serve_dotfiles = true\n")
+    r = subprocess.run([CORRAL_BIN, "check", "--config", str(cfg)], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0, r.stdout + r.stderr
