@@ -96,6 +96,8 @@ Endpoint::Endpoint(http::Server& tcp, ProcessContext ctx, Http3Options options)
       loop_(tcp.loop()),
       ctx_(std::move(ctx)),
       options_(options),
+      retry_bucket_(options.retries_per_sec, options.retries_per_sec),
+      reset_bucket_(options.stateless_resets_per_sec, options.stateless_resets_per_sec),
       close_timer_(loop_.timers(), nullptr),
       tick_(loop_.timers(), nullptr) {
   close_timer_.bind(loop_.timers(), [this] {
@@ -294,11 +296,16 @@ void Endpoint::process(Socket& s, const Datagram& d) {
   }
   ngtcp2_version_cid vc;
   int rv = ngtcp2_pkt_decode_version_cid(&vc, d.data, d.len, kCidLength);
-  if (rv == NGTCP2_ERR_VERSION_NEGOTIATION) {
+  const bool long_header = (d.data[0] & 0x80) != 0;
+  // We speak QUIC v1 only, as our Version Negotiation says: ngtcp2 0.12 would also run draft-29
+  // and the v2 draft, so those get Version Negotiation too (issue 11, defect 15).
+  if (rv == NGTCP2_ERR_VERSION_NEGOTIATION ||
+      (rv == 0 && long_header && vc.version != 0 && vc.version != NGTCP2_PROTO_VER_V1)) {
     send_version_negotiation(s, d, vc);
     return;
   }
-  if (rv != 0) {
+  // A long header with version 0 is a Version Negotiation packet, which only servers send.
+  if (rv != 0 || (long_header && vc.version == 0)) {
     ++stats_.dropped;
     return;
   }
@@ -353,11 +360,6 @@ void Endpoint::process(Socket& s, const Datagram& d) {
   handle_new(s, d, vc);
 }
 
-bool Endpoint::retry_required() {
-  return quic::retry_required(options_.retry, initials_.current(loop_.now()),
-                              options_.retry_auto_initials_per_sec);
-}
-
 void Endpoint::handle_new(Socket& s, const Datagram& d, const ngtcp2_version_cid& vc) {
   (void)vc;
   if (closing_) {
@@ -366,16 +368,12 @@ void Endpoint::handle_new(Socket& s, const Datagram& d, const ngtcp2_version_cid
   }
   ngtcp2_pkt_hd hd;
   int rv = ngtcp2_accept(&hd, d.data, d.len);
-  if (rv == NGTCP2_ERR_RETRY) {
-    // 0.12: 0-RTT before any Initial; answer with Retry (no state).
-    send_retry(s, d, hd);
-    return;
-  }
-  if (rv != 0) {
-    ++stats_.dropped;
-    return;
-  }
-  if (conns_.size() >= options_.max_connections) {
+  // ngtcp2_accept asks for a Retry (NGTCP2_ERR_RETRY) for a 0-RTT packet that came before any
+  // Initial, whatever its size: answering it made a 17-byte datagram bring back a 119-byte Retry
+  // (issue 11, defect 13). A Retry answers an Initial of at least 1200 bytes only (RFC 9000
+  // §8.1, §17.2.5); we have no 0-RTT, and the client's Initial comes anyway. Everything but a
+  // >= 1200-byte v1 Initial (what rv == 0 means) is dropped here.
+  if (rv != 0 || hd.type != NGTCP2_PKT_INITIAL || d.len < NGTCP2_MAX_UDP_PAYLOAD_SIZE) {
     ++stats_.dropped;
     return;
   }
@@ -402,11 +400,27 @@ void Endpoint::handle_new(Socket& s, const Datagram& d, const ngtcp2_version_cid
       }
     }
   }
-  if (!validated && retry_required()) {
-    send_retry(s, d, hd);
-    return;
+  AdmissionFacts f;
+  f.mode = options_.retry;
+  f.validated = validated;
+  f.initials_this_second = initials_.current(loop_.now());
+  f.auto_limit = options_.retry_auto_initials_per_sec;
+  f.unvalidated = unvalidated_;
+  f.max_unvalidated = options_.max_unvalidated_handshakes;
+  f.connections = conns_.size();
+  f.max_connections = options_.max_connections;
+  switch (admit_initial(f)) {
+    case Admission::kRetry:
+      send_retry(s, d, hd);
+      return;
+    case Admission::kRefuse:
+      ++stats_.initials_refused;
+      ++stats_.dropped;
+      return;
+    case Admission::kAccept:
+      break;
   }
-  auto c = H3Connection::accept(*this, d, hd, odcid, retried, token);
+  auto c = H3Connection::accept(*this, d, hd, odcid, retried, token, !validated);
   if (!c) {
     ++stats_.dropped;
     return;
@@ -414,9 +428,27 @@ void Endpoint::handle_new(Socket& s, const Datagram& d, const ngtcp2_version_cid
   H3Connection* raw = c.get();
   conns_.emplace(raw, std::move(c));
   stats_.connections_active = conns_.size();
+  if (!validated) {
+    ++unvalidated_;
+    stats_.handshakes_unvalidated = unvalidated_;
+  }
   raw->on_datagram(d);
   // An Initial that does not even decrypt (junk that passed ngtcp2_accept) ends it at once.
   if (raw->finished()) ++stats_.dropped;
+}
+
+void Endpoint::handshake_validated(H3Connection* c) {
+  if (!c->unvalidated()) return;
+  c->set_validated();
+  if (unvalidated_ > 0) --unvalidated_;
+  stats_.handshakes_unvalidated = unvalidated_;
+}
+
+bool Endpoint::take_stateless_token() {
+  if (retry_bucket_.take(loop_.now())) return true;
+  ++stats_.retries_limited;
+  ++stats_.dropped;
+  return false;
 }
 
 void Endpoint::send_raw(Socket& s, const Datagram& d, const uint8_t* data, size_t len) {
@@ -427,7 +459,14 @@ void Endpoint::send_raw(Socket& s, const Datagram& d, const uint8_t* data, size_
 
 void Endpoint::send_version_negotiation(Socket& s, const Datagram& d,
                                         const ngtcp2_version_cid& vc) {
-  if (d.forwarded && false) return;
+  // Only a datagram that could be a client's first (>= 1200 bytes, RFC 9000 §6.1 and §14.1)
+  // gets one: it is at most 7 + 2 x 255 + 4 bytes, less than half of that.
+  if (d.len < NGTCP2_MAX_UDP_PAYLOAD_SIZE) {
+    ++stats_.dropped;
+    return;
+  }
+  if (!take_stateless_token()) return;
+  ++stats_.version_negotiations;
   uint8_t buf[NGTCP2_MAX_UDP_PAYLOAD_SIZE];
   uint8_t rnd;
   (void)gnutls_rnd(GNUTLS_RND_NONCE, &rnd, 1);
@@ -447,6 +486,7 @@ void Endpoint::send_retry(Socket& s, const Datagram& d, const ngtcp2_pkt_hd& hd)
       ngtcp2_crypto_generate_retry_token(token, secret(), kSecretLen, hd.version, sa(d.remote),
                                          d.remote.len, &scid, &hd.dcid, wall_ns());
   if (tokenlen < 0) return;
+  if (!take_stateless_token()) return;
   uint8_t buf[NGTCP2_MAX_UDP_PAYLOAD_SIZE];
   auto n = ngtcp2_crypto_write_retry(buf, sizeof buf, hd.version, &hd.scid, &scid, &hd.dcid, token,
                                      static_cast<size_t>(tokenlen));
@@ -456,6 +496,7 @@ void Endpoint::send_retry(Socket& s, const Datagram& d, const ngtcp2_pkt_hd& hd)
 }
 
 void Endpoint::send_invalid_token(Socket& s, const Datagram& d, const ngtcp2_pkt_hd& hd) {
+  if (!take_stateless_token()) return;
   uint8_t buf[NGTCP2_MAX_UDP_PAYLOAD_SIZE];
   auto n = ngtcp2_crypto_write_connection_close(buf, sizeof buf, hd.version, &hd.scid, &hd.dcid,
                                                 NGTCP2_INVALID_TOKEN, nullptr, 0);
@@ -465,7 +506,12 @@ void Endpoint::send_invalid_token(Socket& s, const Datagram& d, const ngtcp2_pkt
 void Endpoint::send_stateless_reset(Socket& s, const Datagram& d, const uint8_t* dcid,
                                     size_t dcidlen) {
   size_t total = stateless_reset_length(d.len);
-  if (total == 0 || resets_.current(loop_.now()) >= options_.stateless_resets_per_sec) {
+  if (total == 0) {
+    ++stats_.dropped;
+    return;
+  }
+  if (!reset_bucket_.take(loop_.now())) {
+    ++stats_.stateless_resets_limited;
     ++stats_.dropped;
     return;
   }
@@ -477,7 +523,6 @@ void Endpoint::send_stateless_reset(Socket& s, const Datagram& d, const uint8_t*
   uint8_t buf[128];
   auto n = ngtcp2_pkt_write_stateless_reset(buf, sizeof buf, token, rnd, randlen);
   if (n <= 0) return;
-  resets_.add(loop_.now());
   ++stats_.stateless_resets;
   send_raw(s, d, buf, static_cast<size_t>(n));
 }
@@ -620,6 +665,7 @@ void Endpoint::flush_writes() {
 void Endpoint::remove(H3Connection* c) {
   auto it = conns_.find(c);
   if (it == conns_.end()) return;
+  handshake_validated(c);  // no longer in progress
   for (const auto& k : c->keys()) unlink(k, c);
   c->keys().clear();
   dirty_.erase(std::remove(dirty_.begin(), dirty_.end(), c), dirty_.end());

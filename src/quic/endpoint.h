@@ -86,6 +86,9 @@ class Endpoint {
   void schedule_write(H3Connection* c);
   // The connection is finished: unlink it and destroy it after this round.
   void remove(H3Connection* c);
+  // An unvalidated connection's handshake completed (the address answered): it no longer counts
+  // against max_unvalidated_handshakes.
+  void handshake_validated(H3Connection* c);
   // One transmit buffer for every connection's write loop (single-threaded; a blocked send keeps
   // its own copy), so an idle connection holds no packet memory.
   std::vector<uint8_t>& tx_buffer() { return tx_buf_; }
@@ -106,7 +109,9 @@ class Endpoint {
   void send_invalid_token(Socket& s, const Datagram& d, const ngtcp2_pkt_hd& hd);
   void send_stateless_reset(Socket& s, const Datagram& d, const uint8_t* dcid, size_t dcidlen);
   void send_raw(Socket& s, const Datagram& d, const uint8_t* data, size_t len);
-  bool retry_required();
+  // A stateless answer (Retry, Version Negotiation, INVALID_TOKEN) may go: false (counted) when
+  // the per-process bucket is empty.
+  bool take_stateless_token();
   Socket* socket_for(const core::SocketAddress& local);
   void flush_writes();
   void drain_tick();
@@ -125,8 +130,10 @@ class Endpoint {
   bool flush_scheduled_ = false;
   std::vector<H3Connection*> blocked_;
   bool gso_ = true;
-  PerSecond initials_;  // new-connection Initials (RetryMode::kAuto)
-  PerSecond resets_;    // stateless resets sent
+  PerSecond initials_;        // new-connection Initials (RetryMode::kAuto)
+  TokenBucket retry_bucket_;  // Retry, Version Negotiation, INVALID_TOKEN
+  TokenBucket reset_bucket_;  // stateless resets
+  size_t unvalidated_ = 0;    // handshakes in progress from unvalidated addresses
   // Receive buffers (recvmmsg).
   std::vector<uint8_t> rx_buf_;
   std::vector<uint8_t> tx_buf_;

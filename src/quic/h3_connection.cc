@@ -97,8 +97,10 @@ H3Connection::~H3Connection() {
 
 std::unique_ptr<H3Connection> H3Connection::accept(Endpoint& ep, const Datagram& d,
                                                    const ngtcp2_pkt_hd& hd, const ngtcp2_cid& odcid,
-                                                   bool retried, const ngtcp2_vec& token) {
+                                                   bool retried, const ngtcp2_vec& token,
+                                                   bool unvalidated) {
   std::unique_ptr<H3Connection> c(new H3Connection(ep, d));
+  c->unvalidated_ = unvalidated;
   if (!c->init(hd, odcid, retried, token)) return nullptr;
   return c;
 }
@@ -144,6 +146,11 @@ bool H3Connection::init(const ngtcp2_pkt_hd& hd, const ngtcp2_cid& odcid, bool r
   settings.max_stream_window = opt.max_stream_window;
   settings.cc_algo = NGTCP2_CC_ALGO_CUBIC;
   if (token.len) settings.token = token;
+  // A spoofed Initial's handshake never completes: its state goes after a few seconds, not
+  // ngtcp2's default 10 s (a flood holds at most max_unvalidated_handshakes of them anyway).
+  if (unvalidated_)
+    settings.handshake_timeout =
+        static_cast<uint64_t>(opt.unvalidated_handshake_timeout_ms) * NGTCP2_MILLISECONDS;
 
   ngtcp2_transport_params params;
   ngtcp2_transport_params_default(&params);
@@ -295,6 +302,7 @@ int H3Connection::on_handshake_completed(ngtcp2_conn*, void* ud) {
   auto* c = self(ud);
   c->handshake_done_ = true;
   ++c->ep_.stats().handshakes;
+  c->ep_.handshake_validated(c);  // the client's Handshake packets came back: a real address
   // A session ticket (resumption; early data stays off) and a NEW_TOKEN token that lets the
   // client skip Retry next time, in any process (wall clock, shared secret).
   (void)gnutls_session_ticket_send(c->session_, 1, 0);
@@ -310,7 +318,12 @@ int H3Connection::on_recv_stream_data(ngtcp2_conn* conn, uint32_t flags, int64_t
                                       const uint8_t* data, size_t len, void* ud, void*) {
   auto* c = self(ud);
   if (!c->h3_) return 0;
-  auto n = nghttp3_conn_read_stream(c->h3_, sid, data, len, flags & NGTCP2_STREAM_DATA_FLAG_FIN);
+  const bool fin = flags & NGTCP2_STREAM_DATA_FLAG_FIN;
+  // A request stream that ends before any HEADERS: nghttp3 0.8 makes that a connection error
+  // (H3_FRAME_UNEXPECTED), RFC 9114 §4.1 a stream error (H3_REQUEST_INCOMPLETE). So the FIN of
+  // a request stream without a head yet is held back until nghttp3 has read the bytes before it.
+  const bool headless = fin && ngtcp2_is_bidi_stream(sid) && !c->stream(sid);
+  auto n = nghttp3_conn_read_stream(c->h3_, sid, data, len, fin && !headless);
   if (n < 0) {
     ngtcp2_connection_close_error_set_application_error(
         &c->last_error_, nghttp3_err_infer_quic_app_error_code(static_cast<int>(n)), nullptr, 0);
@@ -318,6 +331,21 @@ int H3Connection::on_recv_stream_data(ngtcp2_conn* conn, uint32_t flags, int64_t
   }
   ngtcp2_conn_extend_max_stream_offset(conn, sid, static_cast<uint64_t>(n));
   ngtcp2_conn_extend_max_offset(conn, static_cast<uint64_t>(n));
+  if (!headless) return 0;
+  if (!c->stream(sid)) {
+    ++c->ep_.stats().requests_incomplete;
+    c->ep_.log().debug("h3_request_incomplete", "remote={} stream={}", c->peer_.text(), sid);
+    (void)nghttp3_conn_shutdown_stream_read(c->h3_, sid);
+    (void)ngtcp2_conn_shutdown_stream(conn, sid, NGHTTP3_H3_REQUEST_INCOMPLETE);
+    return 0;
+  }
+  // The head came in these bytes: now the FIN.
+  n = nghttp3_conn_read_stream(c->h3_, sid, nullptr, 0, 1);
+  if (n < 0) {
+    ngtcp2_connection_close_error_set_application_error(
+        &c->last_error_, nghttp3_err_infer_quic_app_error_code(static_cast<int>(n)), nullptr, 0);
+    return NGTCP2_ERR_CALLBACK_FAILURE;
+  }
   return 0;
 }
 
@@ -459,11 +487,7 @@ int H3Connection::h3_reset_stream(nghttp3_conn*, int64_t sid, uint64_t code, voi
 void H3Connection::on_datagram(const Datagram& d) {
   if (state_ == State::kGone || state_ == State::kDraining) return;
   if (state_ == State::kClosing) {
-    // Answer with the stored CONNECTION_CLOSE, less and less often (1st, 2nd, 4th, 8th...).
-    ++close_sends_;
-    if ((close_sends_ & (close_sends_ - 1)) == 0)
-      (void)ep_.send(d.local, d.remote, 0, reinterpret_cast<const uint8_t*>(close_pkt_.data()),
-                     close_pkt_.size(), 0);
+    answer_closing(d);
     return;
   }
   ngtcp2_path path;
@@ -478,6 +502,19 @@ void H3Connection::on_datagram(const Datagram& d) {
     return;
   }
   schedule_write();
+}
+
+void H3Connection::answer_closing(const Datagram& d) {
+  // Answer with the stored CONNECTION_CLOSE, less and less often (1st, 2nd, 4th, 8th...), and to
+  // an unvalidated address never more than 3x what it sent.
+  ++close_sends_;
+  if (unvalidated_) closing_in_ += d.len;
+  if ((close_sends_ & (close_sends_ - 1)) != 0) return;
+  if (unvalidated_ && closing_out_ + close_pkt_.size() > 3 * closing_in_) return;
+  closing_out_ += close_pkt_.size();
+  ++ep_.stats().packets_out;
+  (void)ep_.send(d.local, d.remote, 0, reinterpret_cast<const uint8_t*>(close_pkt_.data()),
+                 close_pkt_.size(), 0);
 }
 
 void H3Connection::handle_error(int rv) {
@@ -604,6 +641,13 @@ void H3Connection::on_timer() {
   int rv = ngtcp2_conn_handle_expiry(conn_, now_ns());
   if (rv == NGTCP2_ERR_IDLE_CLOSE) {
     gone();  // no CONNECTION_CLOSE after an idle timeout (RFC 9000 §10.1)
+    return;
+  }
+  if (rv == NGTCP2_ERR_HANDSHAKE_TIMEOUT) {
+    // Nobody answered (a spoofed Initial, most likely): no CONNECTION_CLOSE and no closing
+    // period, the state goes now.
+    ++ep_.stats().handshake_timeouts;
+    gone();
     return;
   }
   if (rv != 0) {

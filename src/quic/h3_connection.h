@@ -109,10 +109,13 @@ class H3Stream final : private http::StreamWriter, private http::Responder {
 class H3Connection {
  public:
   // A new server connection for the Initial in `d` (header `hd`). `odcid`: the client's first
-  // DCID (recovered from a Retry token when `retried`). Returns null (and logs) on failure.
+  // DCID (recovered from a Retry token when `retried`). `unvalidated`: no token proved the
+  // address (a short handshake timeout; counted by the endpoint until the handshake completes).
+  // Returns null (and logs) on failure.
   static std::unique_ptr<H3Connection> accept(Endpoint& ep, const Datagram& d,
                                               const ngtcp2_pkt_hd& hd, const ngtcp2_cid& odcid,
-                                              bool retried, const ngtcp2_vec& token);
+                                              bool retried, const ngtcp2_vec& token,
+                                              bool unvalidated);
   ~H3Connection();
 
   // A datagram for this connection.
@@ -127,6 +130,8 @@ class H3Connection {
   void tick_parked(uint64_t now_ms);
   bool parked_any() const;
   bool finished() const { return state_ == State::kGone; }
+  bool unvalidated() const { return unvalidated_; }
+  void set_validated() { unvalidated_ = false; }
 
   Endpoint& endpoint() { return ep_; }
   ngtcp2_conn* quic() { return conn_; }
@@ -143,6 +148,7 @@ class H3Connection {
   H3Connection(Endpoint& ep, const Datagram& d);
   bool init(const ngtcp2_pkt_hd& hd, const ngtcp2_cid& odcid, bool retried,
             const ngtcp2_vec& token);
+  void answer_closing(const Datagram& d);
   bool setup_tls();
   int setup_h3();
   void handle_error(int rv);
@@ -206,6 +212,10 @@ class H3Connection {
   State state_ = State::kOpen;
   std::string close_pkt_;  // the CONNECTION_CLOSE we answer with while closing
   uint64_t close_sends_ = 0;
+  // While unvalidated, what the peer sent and what we answered in the closing period: we never
+  // send more than 3x what an unvalidated address sent (RFC 9000 §8.1).
+  uint64_t closing_in_ = 0, closing_out_ = 0;
+  bool unvalidated_ = false;
   bool handshake_done_ = false;
   bool goaway_sent_ = false;
   // A send the socket refused (EAGAIN), retried when it is writable.

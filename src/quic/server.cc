@@ -38,6 +38,13 @@ nlohmann::json Http3Server::stats_json() const {
           {"forwarded_generation", s.forwarded_generation},
           {"stateless_resets", s.stateless_resets},
           {"retries_sent", s.retries_sent},
+          {"version_negotiations", s.version_negotiations},
+          {"retries_limited", s.retries_limited},
+          {"stateless_resets_limited", s.stateless_resets_limited},
+          {"handshakes_unvalidated", s.handshakes_unvalidated},
+          {"handshake_timeouts", s.handshake_timeouts},
+          {"initials_refused", s.initials_refused},
+          {"requests_incomplete", s.requests_incomplete},
           {"dropped", s.dropped}};
 }
 

@@ -40,9 +40,22 @@ struct Http3Options {
   // request stream; downloads are bounded by the client's windows).
   uint64_t max_window = 24ull << 20;
   uint64_t max_stream_window = 16ull << 20;
-  size_t max_connections = 10'000;  // above it, new connections are refused (Initial dropped)
+  // Above it, an Initial from a validated address is dropped; an unvalidated one gets a Retry
+  // (kAuto, kOn) or is dropped (kOff): the cap never comes before the Retry decision.
+  size_t max_connections = 10'000;
   uint32_t max_streams_bidi = 100;
-  // Stateless resets sent per second at most (each answers a packet for a connection we lost).
+  // Handshakes in progress from addresses that did not prove themselves (no Retry or NEW_TOKEN
+  // token): the state a spoofed flood can make. At the cap kAuto sends Retry to every further
+  // unvalidated Initial, kOff drops them. Each holds ~60 KiB until it completes or times out.
+  size_t max_unvalidated_handshakes = 256;
+  // How long such a handshake may take (a validated one gets ngtcp2's 10 s): a real client needs
+  // a few round trips; a spoofed one never completes and is dropped silently after this.
+  uint32_t unvalidated_handshake_timeout_ms = 3'000;
+  // Stateless answers per second at most, each as a token bucket with one second of burst:
+  // Retry, Version Negotiation and INVALID_TOKEN closes (each smaller than the >= 1200-byte
+  // datagram it answers) share `retries_per_sec`; stateless resets (each smaller than its
+  // trigger, for a connection we lost) have their own.
+  uint32_t retries_per_sec = 10'000;
   uint32_t stateless_resets_per_sec = 200;
 };
 
@@ -59,7 +72,15 @@ struct Http3Stats {
   uint64_t forwarded_generation = 0;
   uint64_t stateless_resets = 0;
   uint64_t retries_sent = 0;
-  uint64_t dropped = 0;  // undecodable, unowned, refused or undeliverable datagrams
+  uint64_t version_negotiations = 0;
+  // Stateless answers not sent because their token bucket was empty (the datagram was dropped).
+  uint64_t retries_limited = 0;  // Retry, Version Negotiation, INVALID_TOKEN
+  uint64_t stateless_resets_limited = 0;
+  uint64_t handshakes_unvalidated = 0;  // now: unvalidated handshakes in progress
+  uint64_t handshake_timeouts = 0;      // handshakes dropped unfinished
+  uint64_t initials_refused = 0;        // new-connection Initials dropped by a cap
+  uint64_t requests_incomplete = 0;     // request streams ended before HEADERS (stream error)
+  uint64_t dropped = 0;                 // undecodable, unowned, refused or undeliverable datagrams
 };
 
 class Endpoint;

@@ -50,10 +50,59 @@ TEST(StatelessReset, TokenDependsOnSecretAndCidOnly) {
 }
 
 TEST(Retry, Policy) {
-  EXPECT_TRUE(retry_required(RetryMode::kOn, 0, 1000));
-  EXPECT_FALSE(retry_required(RetryMode::kOff, 1'000'000, 1000));
-  EXPECT_FALSE(retry_required(RetryMode::kAuto, 1000, 1000));
-  EXPECT_TRUE(retry_required(RetryMode::kAuto, 1001, 1000));
+  AdmissionFacts f;
+  f.mode = RetryMode::kOn;
+  EXPECT_EQ(admit_initial(f), Admission::kRetry);
+  f.mode = RetryMode::kOff;
+  f.initials_this_second = 1'000'000;
+  EXPECT_EQ(admit_initial(f), Admission::kAccept);
+  f.mode = RetryMode::kAuto;
+  f.initials_this_second = 1000;
+  EXPECT_EQ(admit_initial(f), Admission::kAccept);
+  f.initials_this_second = 1001;
+  EXPECT_EQ(admit_initial(f), Admission::kRetry);
+  // A validated address never gets a second Retry.
+  f.validated = true;
+  EXPECT_EQ(admit_initial(f), Admission::kAccept);
+}
+
+TEST(Retry, FloodGetsRetryBeforeAnyCap) {
+  AdmissionFacts f;  // kAuto, a low Initial rate
+  f.unvalidated = f.max_unvalidated;
+  EXPECT_EQ(admit_initial(f), Admission::kRetry);
+  f.unvalidated = 0;
+  f.connections = f.max_connections;
+  EXPECT_EQ(admit_initial(f), Admission::kRetry);  // not dropped by the connection cap
+  f.validated = true;
+  EXPECT_EQ(admit_initial(f), Admission::kRefuse);  // a real address meets the cap
+  // Retry off: the caps still bound the state an unvalidated flood makes.
+  f = AdmissionFacts{};
+  f.mode = RetryMode::kOff;
+  f.unvalidated = f.max_unvalidated;
+  EXPECT_EQ(admit_initial(f), Admission::kRefuse);
+  f.unvalidated = 0;
+  f.connections = f.max_connections;
+  EXPECT_EQ(admit_initial(f), Admission::kRefuse);
+}
+
+TEST(TokenBucket, BurstThenRate) {
+  TokenBucket b(1000, 3);  // 1 a millisecond, 3 at once
+  EXPECT_TRUE(b.take(10));
+  EXPECT_TRUE(b.take(10));
+  EXPECT_TRUE(b.take(10));
+  EXPECT_FALSE(b.take(10));
+  EXPECT_TRUE(b.take(11));
+  EXPECT_FALSE(b.take(11));
+  EXPECT_TRUE(b.take(100));  // refilled to the burst, not beyond
+  EXPECT_TRUE(b.take(100));
+  EXPECT_TRUE(b.take(100));
+  EXPECT_FALSE(b.take(100));
+  TokenBucket slow(2, 1);  // 2 a second: one every 500 ms
+  EXPECT_TRUE(slow.take(0));
+  EXPECT_FALSE(slow.take(499));
+  EXPECT_TRUE(slow.take(500));
+  TokenBucket none(0, 0);
+  EXPECT_FALSE(none.take(1000));
 }
 
 TEST(PerSecond, CountsWithinOneSecond) {

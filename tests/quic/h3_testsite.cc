@@ -14,6 +14,8 @@
 // Flags: --cert/--key PEM files, --port (0: any), --root DIR, --retry on|off|auto,
 //        --secret-hex (64 hex digits; the stateless-reset/token secret), --tag (CID tag),
 //        --idle-ms, --close-timeout-ms, --max-body (bytes), --retry-rate (kAuto's Initials/s),
+//        --retries-per-sec, --resets-per-sec, --max-unvalidated, --unvalidated-timeout-ms,
+//        --max-connections (the Http3Options of the same names),
 //        --slots N (N > 1: a parent makes N UDP sockets in one SO_REUSEPORT group and N forwarding
 //        socketpairs, forks N server processes, one per slot, and stops them on SIGTERM),
 //        --steering forward|off, --publish-delay-ms N (the site is published N ms after
@@ -145,6 +147,13 @@ int main(int argc, char** argv) {
   uint32_t retry_rate = 1000;
   app.add_option("--max-body", max_body);
   app.add_option("--retry-rate", retry_rate);
+  uint32_t retries_per_sec = 10'000, resets_per_sec = 200, unvalidated_timeout_ms = 3'000;
+  size_t max_unvalidated = 256, max_connections = 10'000;
+  app.add_option("--retries-per-sec", retries_per_sec);
+  app.add_option("--resets-per-sec", resets_per_sec);
+  app.add_option("--max-unvalidated", max_unvalidated);
+  app.add_option("--unvalidated-timeout-ms", unvalidated_timeout_ms);
+  app.add_option("--max-connections", max_connections);
   uint32_t publish_delay_ms = 0, ready_timeout_ms = 10'000;
   app.add_option("--publish-delay-ms", publish_delay_ms);
   app.add_option("--ready-timeout-ms", ready_timeout_ms);
@@ -260,6 +269,11 @@ int main(int argc, char** argv) {
   quic::Http3Options h3opts;
   h3opts.idle_timeout_ms = idle_ms;
   h3opts.retry_auto_initials_per_sec = retry_rate;
+  h3opts.retries_per_sec = retries_per_sec;
+  h3opts.stateless_resets_per_sec = resets_per_sec;
+  h3opts.max_unvalidated_handshakes = max_unvalidated;
+  h3opts.unvalidated_handshake_timeout_ms = unvalidated_timeout_ms;
+  h3opts.max_connections = max_connections;
   h3opts.retry = retry == "on"    ? quic::RetryMode::kOn
                  : retry == "off" ? quic::RetryMode::kOff
                                   : quic::RetryMode::kAuto;
