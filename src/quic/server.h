@@ -50,7 +50,7 @@ struct Http3Options {
   size_t max_unvalidated_handshakes = 256;
   // How long such a handshake may take (a validated one gets ngtcp2's 10 s): a real client needs
   // a few round trips; a spoofed one never completes and is dropped silently after this.
-  uint32_t unvalidated_handshake_timeout_ms = 3'000;
+  uint32_t unvalidated_handshake_timeout_ms = 5'000;
   // Stateless answers per second at most, each as a token bucket with one second of burst:
   // Retry, Version Negotiation and INVALID_TOKEN closes (each smaller than the >= 1200-byte
   // datagram it answers) share `retries_per_sec`; stateless resets (each smaller than its

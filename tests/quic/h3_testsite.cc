@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
   uint32_t retry_rate = 1000;
   app.add_option("--max-body", max_body);
   app.add_option("--retry-rate", retry_rate);
-  uint32_t retries_per_sec = 10'000, resets_per_sec = 200, unvalidated_timeout_ms = 3'000;
+  uint32_t retries_per_sec = 10'000, resets_per_sec = 200, unvalidated_timeout_ms = 5'000;
   size_t max_unvalidated = 256, max_connections = 10'000;
   app.add_option("--retries-per-sec", retries_per_sec);
   app.add_option("--resets-per-sec", resets_per_sec);

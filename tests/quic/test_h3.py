@@ -69,12 +69,13 @@ def start_site(certs, tmp_path):
     with open(root / "blob.bin", "wb") as f:
         f.write(os.urandom(3 * 1024 * 1024 + 17))
 
-    def start(*args, port=0):
+    def start(*args, port=0, env=None):
         log_path = tmp_path / f"site{len(started)}.log"
         log = open(log_path, "w")
         cmd = [TESTSITE, "--cert", certs[0], "--key", certs[1], "--root", str(root),
                "--port", str(port), *args]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
+                                env={**os.environ, **(env or {})})
         line = proc.stdout.readline()
         assert line.startswith("PORT "), f"no port line: {line!r}; log: {open(log_path).read()}"
         site = Site(proc, int(line.split()[1]), log_path)

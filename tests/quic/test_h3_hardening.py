@@ -187,7 +187,10 @@ def capture_initial(tmp_path):
 
 
 def test_spoofed_initial_flood_keeps_memory_bounded_and_serves(start_site, tmp_path):
-    site = start_site("--unvalidated-timeout-ms", "1000")
+    # ASan keeps freed memory in quarantine (256 MiB by default): a small one, so that RSS shows
+    # what the server holds.
+    asan = os.environ.get("ASAN_OPTIONS", "")
+    site = start_site(env={"ASAN_OPTIONS": f"{asan}:quarantine_size_mb=4".lstrip(":")})
     pkts = [capture_initial(tmp_path) for _ in range(3)]
     addr = ("127.0.0.1", site.port)
     rss0 = rss_kib(site.proc.pid)
@@ -204,7 +207,7 @@ def test_spoofed_initial_flood_keeps_memory_bounded_and_serves(start_site, tmp_p
     def sender():
         i = 0
         while not stop.is_set():
-            for _ in range(50):
+            for _ in range(25):
                 i += 1
                 src = f"127.{1 + (i >> 16) % 200}.{(i >> 8) & 255}.{i & 255 or 1}"
                 p = pkts[i % len(pkts)]
@@ -216,7 +219,7 @@ def test_spoofed_initial_flood_keeps_memory_bounded_and_serves(start_site, tmp_p
                     counts["sent_bytes"] += len(p)
                 except OSError:
                     pass
-            time.sleep(0.01)  # ~5,000 Initials/s at most
+            time.sleep(0.01)  # ~2,500 Initials/s at most (what issue 11 measured)
 
     def receiver():
         flood.settimeout(0.2)
@@ -238,12 +241,14 @@ def test_spoofed_initial_flood_keeps_memory_bounded_and_serves(start_site, tmp_p
     threads = [threading.Thread(target=f, daemon=True) for f in (sender, receiver, watch)]
     for t in threads:
         t.start()
-    fetches = []
+    fetches, took = [], []
     t0 = time.monotonic()
     try:
         while time.monotonic() - t0 < 4:
+            t1 = time.monotonic()
             d, out = fetch(site, ["/whoami"], tmp_path, timeout=30)
             fetches.append((read(d, "whoami"), out))
+            took.append(time.monotonic() - t1)
     finally:
         stop.set()
         for t in threads:
@@ -252,7 +257,8 @@ def test_spoofed_initial_flood_keeps_memory_bounded_and_serves(start_site, tmp_p
     flood.close()
     print(f"\nflood: {counts['sent']} Initials ({counts['sent_bytes']} bytes) from spoofed "
           f"sources, {counts['back']} datagrams ({counts['back_bytes']} bytes) back; "
-          f"RSS {rss0} KiB -> peak {peak[0]} KiB; {len(fetches)} client fetches; {st}")
+          f"RSS {rss0} KiB -> peak {peak[0]} KiB; {len(fetches)} client fetches "
+          f"({', '.join(f'{t:.2f}' for t in took)} s); {st}")
     good = f"pid={site.proc.pid} slot=0\n".encode()
     bad = [out for body, out in fetches if body != good]
     assert not bad, bad[0][-2000:]
