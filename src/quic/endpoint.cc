@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <gnutls/crypto.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/ip.h>
 #include <netinet/udp.h>
@@ -10,8 +11,10 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include "quic/dispatch.h"
 #include "quic/forward.h"
@@ -38,6 +41,18 @@ constexpr int kSocketBuffer = 4 << 20;    // SO_RCVBUF / SO_SNDBUF asked for (ca
 constexpr uint64_t kRetryTokenTimeoutNs = 10ull * NGTCP2_SECONDS;
 constexpr uint64_t kRegularTokenTimeoutNs = 3600ull * NGTCP2_SECONDS;
 constexpr uint32_t kTickMs = 20;
+// Returning memory after a wave of connections: when the table falls to a quarter of a peak of
+// at least this many, the free heap goes back to the kernel (see trim_memory).
+constexpr size_t kTrimPeak = 1024;
+
+size_t rss_kib() {
+  long pages = 0, resident = 0;
+  if (FILE* f = fopen("/proc/self/statm", "r")) {
+    if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    fclose(f);
+  }
+  return static_cast<size_t>(resident) * static_cast<size_t>(sysconf(_SC_PAGESIZE)) / 1024;
+}
 
 uint64_t clock_ns(clockid_t id) {
   timespec ts;
@@ -99,7 +114,8 @@ Endpoint::Endpoint(http::Server& tcp, ProcessContext ctx, Http3Options options)
       retry_bucket_(options.retries_per_sec, options.retries_per_sec),
       reset_bucket_(options.stateless_resets_per_sec, options.stateless_resets_per_sec),
       close_timer_(loop_.timers(), nullptr),
-      tick_(loop_.timers(), nullptr) {
+      tick_(loop_.timers(), nullptr),
+      trim_timer_(loop_.timers(), nullptr) {
   close_timer_.bind(loop_.timers(), [this] {
     std::vector<H3Connection*> all;
     for (auto& [c, owned] : conns_) all.push_back(c);
@@ -107,6 +123,7 @@ Endpoint::Endpoint(http::Server& tcp, ProcessContext ctx, Http3Options options)
     maybe_finish_close();
   });
   tick_.bind(loop_.timers(), [this] { drain_tick(); });
+  trim_timer_.bind(loop_.timers(), [this] { trim_memory(); });
 }
 
 Endpoint::~Endpoint() {
@@ -428,6 +445,7 @@ void Endpoint::handle_new(Socket& s, const Datagram& d, const ngtcp2_version_cid
   H3Connection* raw = c.get();
   conns_.emplace(raw, std::move(c));
   stats_.connections_active = conns_.size();
+  peak_connections_ = std::max(peak_connections_, conns_.size());
   if (!validated) {
     ++unvalidated_;
     stats_.handshakes_unvalidated = unvalidated_;
@@ -673,7 +691,24 @@ void Endpoint::remove(H3Connection* c) {
   loop_.destroy_later(std::move(it->second));
   conns_.erase(it);
   stats_.connections_active = conns_.size();
+  // On a timer, so that it runs after the loop has destroyed what was removed.
+  if (peak_connections_ >= kTrimPeak && conns_.size() <= peak_connections_ / 4 &&
+      !trim_timer_.armed())
+    trim_timer_.arm_after(100);
   maybe_finish_close();
+}
+
+void Endpoint::trim_memory() {
+  // Measured (release build, a spoofed flood with retry off and no cap): 7,300 handshakes took
+  // RSS from 11 MB to 570 MB, and once every one had expired it stayed at 416 MB: all of it
+  // freed (malloc_trim brings it to 12 MB), but glibc only gives back the top of the heap, and
+  // the few allocations that outlive a wave pin the rest. So after a wave, once.
+  size_t before = rss_kib();
+  uint64_t t0 = now_ns();
+  (void)malloc_trim(0);
+  log().info("quic_memory_trimmed", "connections_peak={} connections={} rss_kib={} -> {} ms={}",
+             peak_connections_, conns_.size(), before, rss_kib(), (now_ns() - t0) / 1'000'000);
+  peak_connections_ = conns_.size();
 }
 
 // ----------------------------------------------------------------------------------------------

@@ -116,6 +116,7 @@ class Endpoint {
   void flush_writes();
   void drain_tick();
   void maybe_finish_close();
+  void trim_memory();
 
   http::Server& tcp_;
   core::EventLoop& loop_;
@@ -130,10 +131,11 @@ class Endpoint {
   bool flush_scheduled_ = false;
   std::vector<H3Connection*> blocked_;
   bool gso_ = true;
-  PerSecond initials_;        // new-connection Initials (RetryMode::kAuto)
-  TokenBucket retry_bucket_;  // Retry, Version Negotiation, INVALID_TOKEN
-  TokenBucket reset_bucket_;  // stateless resets
-  size_t unvalidated_ = 0;    // handshakes in progress from unvalidated addresses
+  PerSecond initials_;           // new-connection Initials (RetryMode::kAuto)
+  TokenBucket retry_bucket_;     // Retry, Version Negotiation, INVALID_TOKEN
+  TokenBucket reset_bucket_;     // stateless resets
+  size_t unvalidated_ = 0;       // handshakes in progress from unvalidated addresses
+  size_t peak_connections_ = 0;  // since the last trim_memory
   // Receive buffers (recvmmsg).
   std::vector<uint8_t> rx_buf_;
   std::vector<uint8_t> tx_buf_;
@@ -141,6 +143,7 @@ class Endpoint {
   std::function<void()> close_done_;
   core::Timer close_timer_;  // close_timeout: CONNECTION_CLOSE whatever is left
   core::Timer tick_;         // while closing: GOAWAY steps; while a site is missing: parked
+  core::Timer trim_timer_;   // after a wave of connections: give the free heap back
   uint64_t close_started_ms_ = 0;
   uint64_t goaways_ = 0;  // GOAWAYs sent while closing (log)
 };
