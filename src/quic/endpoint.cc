@@ -768,10 +768,14 @@ void Endpoint::maybe_finish_close() {
   log().info("quic_closed",
              "slot={} generation={} handshakes={} requests={} goaways={} packets_in={} "
              "packets_out={} forwarded_in={} forwarded_out={} forwarded_generation={} "
-             "stateless_resets={} retries={} dropped={}",
+             "stateless_resets={} retries={} version_negotiations={} retries_limited={} "
+             "stateless_resets_limited={} handshake_timeouts={} initials_refused={} "
+             "requests_incomplete={} dropped={}",
              ctx_.slot, ctx_.generation, stats_.handshakes, stats_.requests, goaways_,
              stats_.packets_in, stats_.packets_out, stats_.forwarded_in, stats_.forwarded_out,
              stats_.forwarded_generation, stats_.stateless_resets, stats_.retries_sent,
+             stats_.version_negotiations, stats_.retries_limited, stats_.stateless_resets_limited,
+             stats_.handshake_timeouts, stats_.initials_refused, stats_.requests_incomplete,
              stats_.dropped);
   loop_.defer(std::move(done));
 }
