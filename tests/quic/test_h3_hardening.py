@@ -244,7 +244,10 @@ def test_spoofed_initial_flood_keeps_memory_bounded_and_serves(start_site, tmp_p
     fetches, took = [], []
     t0 = time.monotonic()
     try:
-        while time.monotonic() - t0 < 4:
+        # Until the flood has sent 3,000 Initials and the client made 3 fetches under it (a
+        # loaded machine sends slower: the bound is a count, not a time).
+        while counts["sent"] < 3000 or len(fetches) < 3:
+            assert time.monotonic() - t0 < 120, (counts, len(fetches))
             t1 = time.monotonic()
             d, out = fetch(site, ["/whoami"], tmp_path, timeout=30)
             fetches.append((read(d, "whoami"), out))
@@ -262,12 +265,12 @@ def test_spoofed_initial_flood_keeps_memory_bounded_and_serves(start_site, tmp_p
     good = f"pid={site.proc.pid} slot=0\n".encode()
     bad = [out for body, out in fetches if body != good]
     assert not bad, bad[0][-2000:]
-    assert len(fetches) >= 2
-    assert counts["sent"] >= 2000, counts
     assert counts["back_bytes"] <= 3 * counts["sent_bytes"]
     assert st["retries_sent"] > 0, st
-    # The spoofed handshakes hold at most max_unvalidated (256) connections' state.
-    assert st["connections"] <= 256 + 2, st
+    # The spoofed handshakes hold at most max_unvalidated (256) connections' state; the rest are
+    # the client's (the stats request's, and fetches still in their closing period).
+    assert st["handshakes_unvalidated"] <= 256, st
+    assert st["connections"] <= 256 + len(fetches) + 1, st
     assert peak[0] - rss0 < 200 * 1024, (rss0, peak[0])
 
 
