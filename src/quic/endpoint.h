@@ -4,8 +4,11 @@
 //   owner slot (steering.h) is another process -> forward it (forward.h), unless it was forwarded
 //   to us already; a connection of ours (server CID, or client-chosen DCID + peer address) ->
 //   that connection; our slot's CID of the other SIGHUP generation, or a new connection while we
-//   drain -> the other generation's forwarding pair (dispatch.h); a new Initial -> Retry or a new
-//   connection; a short header with our tag but no connection -> stateless reset.
+//   drain -> the other generation's forwarding pair (dispatch.h); a new v1 Initial of at least
+//   1200 bytes -> Retry, a new connection or nothing (admit_initial in stateless.h: under a
+//   flood Retry comes before any cap); any other version -> Version Negotiation (v1 only); a
+//   short header with our tag but no connection -> stateless reset. Every stateless answer is
+//   smaller than what it answers and comes from a per-process token bucket (RFC 9000 §8.1).
 // Receives are batched with recvmmsg (local address from IP_PKTINFO/IPV6_PKTINFO, ECN from the
 // TOS byte); sends use one sendmsg per GSO batch (UDP_SEGMENT), falling back to one datagram per
 // call when the kernel refuses GSO (EIO).
