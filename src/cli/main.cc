@@ -17,7 +17,9 @@
 #include "cli/workers_wiring.h"
 #include "control/control_site.h"
 #include "control/worker_routes.h"
+#include "core/owned_path.h"
 #include "fanout/cpus.h"
+#include "fanout/listen_claim.h"
 #include "fanout/supervisor.h"
 #include "http/percent.h"
 #include "http/runner.h"
@@ -33,6 +35,10 @@ namespace {
 using namespace corral;
 
 constexpr const char* kVersion = "0.1.0";
+// Exit statuses besides cli::kExitBadConfig (78), from sysexits.h like it.
+constexpr int kExitUnsafeState = 77;  // EX_NOPERM: the state directory (or a file corral reads
+                                      // from it) is not the running user's alone
+constexpr int kExitAddressHeld = 75;  // EX_TEMPFAIL: another corral listens on the address
 
 // What the command line said; applied over the file on every (re)load.
 struct Flags {
@@ -61,6 +67,7 @@ struct Prepared {
   // Each server process sets its resolver here once its loop exists (the site is built before
   // the fork and holds the slot).
   std::shared_ptr<cli::ResolverSlot> resolver_slot = std::make_shared<cli::ResolverSlot>();
+  bool unsafe_state = false;  // a problem is an unsafe state directory (kExitUnsafeState)
 };
 
 bool parse_level(const std::string& s, core::LogLevel& out) {
@@ -77,16 +84,46 @@ bool parse_level(const std::string& s, core::LogLevel& out) {
   return true;
 }
 
-// --state-dir, else $XDG_STATE_HOME/corral, else ./.corral; created 0700.
+// --state-dir, else $XDG_STATE_HOME/corral, else ./.corral; created 0700. It must be the running
+// user's and not writable by group or others (core/owned_path.h): Error::code is then
+// core::kErrorUnsafePath.
 core::Result<std::string> state_directory(const std::string& flag) {
   std::string dir = flag;
   if (dir.empty()) {
     const char* xdg = getenv("XDG_STATE_HOME");
     dir = xdg && *xdg ? std::string(xdg) + "/corral" : ".corral";
   }
-  if (mkdir(dir.c_str(), 0700) < 0 && errno != EEXIST)
-    return core::errno_error(("state directory " + dir).c_str());
+  if (auto r = core::ensure_owned_dir(dir); !r)
+    return core::Error{r.error().code, "state directory " + r.error().reason};
   return dir;
+}
+
+// A state directory problem on stderr; its exit status.
+int state_problem(const core::Error& e) {
+  std::cerr << "corral: state-dir: " << e.reason << "\n";
+  return e.code == core::kErrorUnsafePath ? kExitUnsafeState : cli::kExitBadConfig;
+}
+
+// What the supervisor's services read and write in the state directory: with workers, their
+// sockets/, locks/ and logs/ (and the kinds' log files in it) too.
+core::Result<void> check_state_tree(const std::string& dir, const cli::Config& config) {
+  if (config.workers.empty()) return {};
+  for (const char* sub : {"/sockets", "/locks", "/logs"})
+    if (auto r = core::ensure_owned_dir(dir + sub); !r) return r;
+  for (const auto& kind : config.workers)
+    if (auto r = core::check_owned_if_present(dir + "/logs/" + kind.name + ".log"); !r) return r;
+  return {};
+}
+
+// A listen address another corral holds (fanout/listen_claim.h): the message and its status.
+int listen_problem(core::Logger& log, const core::SocketAddress& address, const core::Error& e) {
+  if (e.code == fanout::kErrorClaimed) {
+    std::cerr << "corral: " << e.reason
+              << ": refusing to share it (stop that corral first, or listen elsewhere)\n";
+    return kExitAddressHeld;
+  }
+  log.error("listen_failed", "address={} error=\"{}\"", address.to_string(), e.reason);
+  return 1;
 }
 
 // [tls]: the address, then the credentials (configured files, or the dev certificate in
@@ -109,11 +146,13 @@ void prepare_tls(const Flags& flags, const cli::Config& config,
     auto dir = state_directory(flags.state_dir.empty() ? config.state_dir : flags.state_dir);
     if (!dir) {
       errors.problems.push_back("state-dir: " + dir.error().reason);
+      out.unsafe_state = dir.error().code == core::kErrorUnsafePath;
       return;
     }
     auto paths = tls::ensure_dev_cert(dir.value() + "/tls");
     if (!paths) {
       errors.problems.push_back("tls: dev certificate: " + paths.error().reason);
+      out.unsafe_state = paths.error().code == core::kErrorUnsafePath;
       return;
     }
     cert = paths->cert;
@@ -310,10 +349,12 @@ fanout::ChildMain child_main(std::shared_ptr<const Prepared> p, core::Logger& lo
       };
     }
     log.set_level(p->config.log_level);
-    // Fault injection for the fan-out's tests: a slot that crashes at startup (a crash loop).
+    // Fault injection for the fan-out's tests: a slot that crashes at startup (a crash loop);
+    // every server process exiting with a status at startup (a configuration it cannot run: 78).
     if (const char* crash = getenv("CORRAL_TEST_CRASH_AT_START");
         crash && std::to_string(ctx.slot) == crash)
       abort();
+    if (const char* code = getenv("CORRAL_TEST_EXIT_AT_START"); code && *code) return atoi(code);
     return http::run_server(log, run, p->site);
   };
 }
@@ -325,8 +366,11 @@ int serve(const Flags& flags) {
   auto ticket_key = tls::TicketKey::generate();
   if (!ticket_key) return print_problems({{ticket_key.error().reason}}, "tls");
   auto prepared = std::make_shared<Prepared>();
-  if (auto errors = prepare(flags, log, *prepared, ticket_key.value()); !errors.empty())
-    return print_problems(errors, flags.config_path.empty() ? "command line" : flags.config_path);
+  if (auto errors = prepare(flags, log, *prepared, ticket_key.value()); !errors.empty()) {
+    int status =
+        print_problems(errors, flags.config_path.empty() ? "command line" : flags.config_path);
+    return prepared->unsafe_state ? kExitUnsafeState : status;
+  }
   log.set_level(prepared->config.log_level);
 
   // Workers are children of the supervisor (they outlive a server process's crash): with workers
@@ -334,12 +378,31 @@ int serve(const Flags& flags) {
   // the certificate by starting a new generation.
   if (prepared->config.processes == 1 && prepared->config.workers.empty() && !prepared->tls) {
     http::RunOptions run;
+    // Without SO_REUSEPORT the bind is exclusive already; the claim names who holds the address
+    // (and makes a supervisor that comes second say so). A port 0 is the kernel's: no claim.
+    std::shared_ptr<fanout::ListenClaim> claim;
+    if (prepared->address.port() != 0) {
+      auto c = fanout::claim_listen("tcp", prepared->address);
+      if (!c) return listen_problem(log, prepared->address, c.error());
+      claim = std::move(c.value());
+      run.on_loop = [claim](core::EventLoop& loop) -> std::shared_ptr<void> {
+        claim->watch(loop);
+        return std::shared_ptr<void>(nullptr, [claim](void*) { claim->unwatch(); });
+      };
+    }
     run.listen.push_back(prepared->address);
     run.server = prepared->config.server;
     run.policy = prepared->policy;
     run.on_reload = [&] { return reload_policy(flags, log); };
     return http::run_server(log, run, prepared->site);
   }
+
+  // The state directory before any socket: the control socket lives there, and the workers'.
+  auto dir =
+      state_directory(flags.state_dir.empty() ? prepared->config.state_dir : flags.state_dir);
+  if (!dir) return state_problem(dir.error());
+  if (auto r = check_state_tree(dir.value(), prepared->config); !r)
+    return state_problem({r.error().code, "state directory " + r.error().reason});
 
   auto cpus = fanout::allowed_cpus();
   if (!cpus) return print_problems({{cpus.error().reason}}, "processes");
@@ -352,11 +415,7 @@ int serve(const Flags& flags) {
     return a;
   };
   auto listeners = fanout::make_listeners(wanted_addresses(*prepared), n.value());
-  if (!listeners) {
-    log.error("listen_failed", "address={} error=\"{}\"", prepared->address.to_string(),
-              listeners.error().reason);
-    return 1;
-  }
+  if (!listeners) return listen_problem(log, prepared->address, listeners.error());
   auto set = std::make_shared<fanout::ListenerSet>(std::move(listeners.value()));
   log.info("listening", "address={} processes={} pin={}", set->addresses.front().to_string(),
            n.value(), prepared->config.pin);
@@ -377,11 +436,7 @@ int serve(const Flags& flags) {
     auto request = quic::parse_steering_request(prepared->config.http3.steering);
     if (!request) return print_problems({{request.error().reason}}, "http3.steering");
     auto sockets = fanout::make_quic_sockets({set->addresses[1]}, n.value());
-    if (!sockets) {
-      log.error("listen_failed", "address={} proto=udp error=\"{}\"", set->addresses[1].to_string(),
-                sockets.error().reason);
-      return 1;
-    }
+    if (!sockets) return listen_problem(log, set->addresses[1], sockets.error());
     auto quic_sockets = std::make_shared<fanout::QuicSockets>(std::move(sockets.value()));
     std::vector<std::vector<int>> groups;
     for (size_t a = 0; a < quic_sockets->addresses.size(); ++a)
@@ -423,10 +478,14 @@ int serve(const Flags& flags) {
              (wanted[i].port() == 0 && wanted[i].ip() == current.ip());
     }
     if (!same) {
-      auto fresh_set = fanout::make_listeners(wanted, static_cast<int>(set->slots.size()));
+      auto fresh_set =
+          fanout::make_listeners(wanted, static_cast<int>(set->slots.size()), set.get());
       if (!fresh_set) {
-        log.error("reload_refused", "problem=\"listen {}: {}\"", wanted.front().to_string(),
-                  fresh_set.error().reason);
+        if (fresh_set.error().code == fanout::kErrorClaimed)
+          log.error("reload_refused", "problem=\"{}\"", fresh_set.error().reason);
+        else
+          log.error("reload_refused", "problem=\"listen {}: {}\"", wanted.front().to_string(),
+                    fresh_set.error().reason);
         return false;
       }
       set = std::make_shared<fanout::ListenerSet>(std::move(fresh_set.value()));
@@ -442,9 +501,6 @@ int serve(const Flags& flags) {
     main = child_main(prepared, log, flags, quic_shared);
     return true;
   };
-  auto dir =
-      state_directory(flags.state_dir.empty() ? prepared->config.state_dir : flags.state_dir);
-  if (!dir) return print_problems({{dir.error().reason}}, "state-dir");
   std::string control_path = dir.value() + "/control.sock";
   // The supervisor's services: the worker manager and the control API. The control server is
   // declared after the manager so that it is destroyed first (its routes use the manager).
@@ -498,10 +554,12 @@ int serve(const Flags& flags) {
       done();
     });
   };
-  int r =
-      fanout::run_fanout(log, options, set, child_main(prepared, log, flags, quic_shared), hooks);
+  // The set is the supervisor's from here: a reload that replaces it lets it go (and its sockets
+  // and claims with its last process).
+  int r = fanout::run_fanout(log, options, std::move(set),
+                             child_main(prepared, log, flags, quic_shared), hooks);
   unlink(control_path.c_str());
-  return r < 0 ? 1 : 0;
+  return r < 0 ? 1 : r;
 }
 
 }  // namespace
@@ -561,7 +619,7 @@ int main(int argc, char** argv) {
 
   if (ctl->parsed()) {
     auto dir = state_directory(flags.state_dir);
-    if (!dir) return print_problems({{dir.error().reason}}, "state-dir");
+    if (!dir) return state_problem(dir.error());
     auto fd = core::connect_unix(dir.value() + "/control.sock");
     if (!fd) {
       std::cerr << "corral: " << fd.error().reason
@@ -593,11 +651,14 @@ int main(int argc, char** argv) {
   if (cert_cmd->parsed()) {
     if (cert_dir.empty()) {
       auto dir = state_directory(flags.state_dir);
-      if (!dir) return print_problems({{dir.error().reason}}, "state-dir");
+      if (!dir) return state_problem(dir.error());
       cert_dir = dir.value() + "/tls";
     }
     auto paths = tls::ensure_dev_cert(cert_dir);
-    if (!paths) return print_problems({{paths.error().reason}}, "cert");
+    if (!paths) {
+      int status = print_problems({{paths.error().reason}}, "cert");
+      return paths.error().code == core::kErrorUnsafePath ? kExitUnsafeState : status;
+    }
     auto creds = tls::Credentials::load(paths->cert, paths->key);
     if (!creds) return print_problems({{creds.error().reason}}, "cert");
     std::cout << "cert: " << paths->cert << "\nkey: " << paths->key

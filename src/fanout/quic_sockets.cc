@@ -61,6 +61,7 @@ std::vector<int> QuicSockets::group(size_t a) const {
 }
 
 void QuicSockets::close() {
+  claims.clear();  // not listening any more: another instance may take the addresses
   for (auto& slot : udp)
     for (auto& fd : slot) fd.reset();
   for (auto& pair : forward_rx)
@@ -75,6 +76,14 @@ core::Result<QuicSockets> make_quic_sockets(const std::vector<core::SocketAddres
   set.addresses = addresses;
   set.udp.resize(static_cast<size_t>(slots));
   for (size_t a = 0; a < addresses.size(); ++a) {
+    auto claim = [&]() -> core::Result<void> {
+      auto c = claim_listen("udp", set.addresses[a]);
+      if (!c) return c.error();
+      set.claims.push_back(std::move(c.value()));
+      return {};
+    };
+    if (set.addresses[a].port() != 0)
+      if (auto r = claim(); !r) return r.error();
     for (int i = 0; i < slots; ++i) {
       auto fd = udp_socket(set.addresses[a], options.udp_buffer);
       if (!fd) return fd.error();
@@ -82,6 +91,7 @@ core::Result<QuicSockets> make_quic_sockets(const std::vector<core::SocketAddres
         auto bound = core::local_address(fd->get());
         if (!bound) return bound.error();
         set.addresses[a] = bound.value();  // the others join the port the kernel chose
+        if (auto r = claim(); !r) return r.error();
       }
       set.udp[static_cast<size_t>(i)].push_back(std::move(fd.value()));
     }

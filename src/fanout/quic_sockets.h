@@ -23,6 +23,7 @@
 #include "core/result.h"
 #include "core/socket.h"
 #include "core/unique_fd.h"
+#include "fanout/listen_claim.h"
 
 namespace corral::fanout {
 
@@ -36,7 +37,8 @@ struct QuicSockets {
   std::vector<std::vector<core::UniqueFd>> udp;           // udp[slot][address]
   std::vector<std::array<core::UniqueFd, 2>> forward_rx;  // [slot][parity]
   std::vector<std::array<core::UniqueFd, 2>> forward_tx;  // [slot][parity]
-  std::shared_ptr<void> steering;  // opaque: what the cli loaded on these sockets
+  std::shared_ptr<void> steering;                    // opaque: what the cli loaded on these sockets
+  std::vector<std::shared_ptr<ListenClaim>> claims;  // "udp-<address>", one per address
 
   int slots() const { return static_cast<int>(udp.size()); }
   // One reuseport group: address `a`'s sockets in slot order (for the BPF sockarray).
@@ -47,7 +49,8 @@ struct QuicSockets {
 // Binds every address once per slot (SO_REUSEPORT, in slot order; a port 0 is resolved by slot 0
 // and shared by the others) with IP_PKTINFO/IPV6_RECVPKTINFO, IP_RECVTOS/IPV6_RECVTCLASS, path MTU
 // probing and large buffers, and makes the forwarding pairs (two per slot). All non-blocking and
-// close-on-exec.
+// close-on-exec. Each address is claimed first (listen_claim.h; a port 0 once it is resolved):
+// held by another corral, it fails with kErrorClaimed.
 core::Result<QuicSockets> make_quic_sockets(const std::vector<core::SocketAddress>& addresses,
                                             int slots, const QuicSocketOptions& options = {});
 

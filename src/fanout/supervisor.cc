@@ -15,11 +15,26 @@
 namespace corral::fanout {
 
 core::Result<ListenerSet> make_listeners(const std::vector<core::SocketAddress>& addresses,
-                                         int slots) {
+                                         int slots, const ListenerSet* previous) {
   ListenerSet set;
   set.addresses = addresses;
   set.slots.resize(static_cast<size_t>(slots));
+  auto claim = [&](const core::SocketAddress& address) -> core::Result<void> {
+    std::string name = claim_name("tcp", address);
+    if (previous)
+      for (const auto& c : previous->claims)
+        if (c && c->name() == name) {
+          set.claims.push_back(c);  // a reload keeping the address: ours already
+          return {};
+        }
+    auto c = claim_listen("tcp", address);
+    if (!c) return c.error();
+    set.claims.push_back(std::move(c.value()));
+    return {};
+  };
   for (size_t a = 0; a < addresses.size(); ++a) {
+    if (set.addresses[a].port() != 0)
+      if (auto r = claim(set.addresses[a]); !r) return r.error();
     for (int i = 0; i < slots; ++i) {
       auto fd = core::listen_tcp(set.addresses[a], {.backlog = 4096, .reuse_port = true});
       if (!fd) return fd.error();
@@ -27,6 +42,7 @@ core::Result<ListenerSet> make_listeners(const std::vector<core::SocketAddress>&
         auto bound = core::local_address(fd->get());
         if (!bound) return bound.error();
         set.addresses[a] = bound.value();  // the others join the port the kernel chose
+        if (auto r = claim(set.addresses[a]); !r) return r.error();
       }
       set.slots[static_cast<size_t>(i)].push_back(std::move(fd.value()));
     }
@@ -125,18 +141,24 @@ core::Result<void> Supervisor::start(std::shared_ptr<ListenerSet> listeners, Chi
 void Supervisor::spawn(int index) {
   if (terminating_) return;
   Slot& slot = *slots_[static_cast<size_t>(index)];
+  // A fork that could not be made is tried again with the backoff of a crash loop: the slot
+  // always has a process or a respawn armed (what check_finished counts on).
+  auto retry_later = [this, &slot] {
+    slot.status = "backoff";
+    slot.backoff_ms =
+        std::clamp(slot.backoff_ms * 2, options_.backoff_min_ms, options_.backoff_max_ms);
+    slot.respawn.arm_after(slot.backoff_ms);
+  };
   int pipefd[2];
   if (pipe2(pipefd, O_CLOEXEC) < 0) {
     log_.error("spawn_failed", "slot={} error=\"{}\"", index, strerror(errno));
-    slot.status = "backoff";
-    slot.respawn.arm_after(std::max<uint32_t>(slot.backoff_ms, options_.backoff_min_ms));
-    return;
+    return retry_later();
   }
   core::UniqueFd ready_rd(pipefd[0]), ready_wr(pipefd[1]);
   int linkfd[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, linkfd) < 0) {
     log_.error("spawn_failed", "slot={} error=\"socketpair: {}\"", index, strerror(errno));
-    return;
+    return retry_later();
   }
   core::UniqueFd link_ours(linkfd[0]), link_theirs(linkfd[1]);
   // A slot whose sockets were closed (its process exited 0 or 78) gets fresh ones.
@@ -147,18 +169,14 @@ void Supervisor::spawn(int index) {
     if (!fd) {
       log_.error("listen_failed", "slot={} address={} error=\"{}\"", index,
                  listeners_->addresses[a].to_string(), fd.error().reason);
-      return;
+      return retry_later();
     }
     sockets[a] = std::move(fd.value());
   }
   pid_t pid = fork();
   if (pid < 0) {
     log_.error("fork_failed", "slot={} error=\"{}\"", index, strerror(errno));
-    slot.status = "backoff";
-    slot.backoff_ms =
-        std::clamp(slot.backoff_ms * 2, options_.backoff_min_ms, options_.backoff_max_ms);
-    slot.respawn.arm_after(slot.backoff_ms);
-    return;
+    return retry_later();
   }
   if (pid == 0) {
     // The child. Die with the supervisor, and check it did not die already (before prctl).
@@ -226,7 +244,7 @@ void Supervisor::spawn(int index) {
     log_.error("pidfd_open_failed", "pid={} error=\"{}\"", pid, strerror(errno));
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
-    return;
+    return retry_later();
   }
   (void)loop_.add(child->pidfd.get(), EPOLLIN, child.get());
   (void)loop_.add(child->ready_rd.get(), EPOLLIN, &child->ready_handler);
@@ -322,8 +340,11 @@ void Supervisor::on_child_exit(Child* child, int code, int signo) {
           std::clamp(slot.backoff_ms * 2, options_.backoff_min_ms, options_.backoff_max_ms);
     }
     if (slot.backoff_ms == 0) {
+      // Through the slot's timer (due now), not loop_.defer: check_finished() below must see
+      // that this slot will have a process again. (A deferred spawn was invisible to it: with
+      // one server process, its kill -9 made the supervisor stop everything and exit.)
       slot.status = "starting";
-      loop_.defer([this, i = child->slot] { spawn(i); });
+      slot.respawn.arm_after(0);
     } else {
       slot.status = "backoff";
       log_.warn("process_backoff", "slot={} backoff_ms={} restarts={}", child->slot,
@@ -381,6 +402,7 @@ void Supervisor::terminate() {
     if (!set) return;
     for (auto& slot : set->slots)
       for (auto& fd : slot) fd.reset();
+    set->claims.clear();  // another instance may take the addresses while these drain
   };
   close_set(listeners_);
   for (auto& c : children_) close_set(c->listeners);
@@ -422,6 +444,25 @@ std::vector<SlotState> Supervisor::state() const {
 int run_fanout(core::Logger& log, SupervisorOptions options, std::shared_ptr<ListenerSet> listeners,
                ChildMain main, FanoutHooks hooks) {
   core::EventLoop loop;
+  // Every listen claim (listen_claim.h) answers other instances' probes on this loop, and stops
+  // before the loop is gone (a ListenerSet may outlive it).
+  struct Claims {
+    core::EventLoop& loop;
+    std::vector<std::weak_ptr<ListenClaim>> watched;
+    void watch(const std::vector<std::shared_ptr<ListenClaim>>& claims) {
+      for (const auto& c : claims) {
+        if (!c) continue;
+        c->watch(loop);
+        watched.push_back(c);
+      }
+    }
+    ~Claims() {
+      for (auto& w : watched)
+        if (auto c = w.lock()) c->unwatch();
+    }
+  } claims{loop, {}};
+  claims.watch(listeners->claims);
+  if (options.quic) claims.watch(options.quic->claims);
   Supervisor sup(loop, log, std::move(options));
   bool processes_done = false, services_done = !hooks.on_terminate, services_closing = false;
   auto close_services = [&] {
@@ -449,7 +490,10 @@ int run_fanout(core::Logger& log, SupervisorOptions options, std::shared_ptr<Lis
     if (!hooks.on_reload) return;
     auto next_listeners = sup.listeners();
     ChildMain next_main;
-    if (hooks.on_reload(next_listeners, next_main)) sup.reload(next_listeners, next_main);
+    if (hooks.on_reload(next_listeners, next_main)) {
+      claims.watch(next_listeners->claims);
+      sup.reload(next_listeners, next_main);
+    }
   });
   signal(SIGPIPE, SIG_IGN);
   if (auto r = sup.start(std::move(listeners), std::move(main)); !r) {
@@ -460,9 +504,22 @@ int run_fanout(core::Logger& log, SupervisorOptions options, std::shared_ptr<Lis
   if (hooks.on_started) services = hooks.on_started(loop, sup);
   loop.run();
   services.reset();
-  log.info("supervisor_stopped", "generation={}", sup.generation());
+  // Stopped by SIGTERM/SIGINT: 0. Otherwise no server process was left and none was to be
+  // respawned (each exited 0 or kExitBadConfig by itself): that is a failure of the service.
+  int status = 0;
+  if (!sup.terminating()) {
+    auto slots = sup.state();
+    bool bad_config = std::any_of(slots.begin(), slots.end(),
+                                  [](const SlotState& s) { return s.status == "failed"; });
+    status = bad_config ? kExitBadConfig : 1;
+    log.error("supervisor_failed", "reason=\"{}\" exit={}",
+              bad_config ? "a server process found the configuration unusable (exit 78)"
+                         : "every server process exited by itself",
+              status);
+  }
+  log.info("supervisor_stopped", "generation={} exit={}", sup.generation(), status);
   log.flush();
-  return 0;
+  return status;
 }
 
 }  // namespace corral::fanout

@@ -36,6 +36,7 @@
 #include "core/message_link.h"
 #include "core/socket.h"
 #include "core/unique_fd.h"
+#include "fanout/listen_claim.h"
 #include "fanout/quic_sockets.h"
 
 namespace corral::fanout {
@@ -44,13 +45,16 @@ constexpr int kExitBadConfig = 78;  // a child exiting with this is not respawne
 
 // The listening sockets of one configuration: per slot, one socket per address.
 struct ListenerSet {
-  std::vector<core::SocketAddress> addresses;      // as bound (port 0 resolved)
-  std::vector<std::vector<core::UniqueFd>> slots;  // slots[i][a]
+  std::vector<core::SocketAddress> addresses;        // as bound (port 0 resolved)
+  std::vector<std::vector<core::UniqueFd>> slots;    // slots[i][a]
+  std::vector<std::shared_ptr<ListenClaim>> claims;  // claims[a]: "tcp-<address>"
 };
 // Binds `addresses` once per slot with SO_REUSEPORT; a port 0 is resolved by the first socket and
-// reused by the others so every slot shares it.
+// reused by the others so every slot shares it. Each address is claimed first (a port 0 once it is
+// resolved; listen_claim.h), or its claim is shared with `previous` (the set a reload replaces)
+// if that has it: an address held by another corral fails with kErrorClaimed.
 core::Result<ListenerSet> make_listeners(const std::vector<core::SocketAddress>& addresses,
-                                         int slots);
+                                         int slots, const ListenerSet* previous = nullptr);
 
 // What a child gets: its slot, its CPU, its sockets, and a way to say it is serving.
 struct ChildContext {
@@ -118,7 +122,8 @@ class Supervisor {
   uint64_t generation() const { return generation_; }
   bool terminating() const { return terminating_; }
   size_t live_processes() const { return children_.size(); }
-  std::function<void()> on_finished;  // every process reaped after terminate(), or all exited 0
+  std::function<void()> on_finished;  // every process reaped after terminate(), or none left to
+                                      // run (each exited 0 or 78 by itself)
   // A process's link to the supervisor is up (set its on_message); it lives as long as the process.
   std::function<void(int slot, core::MessageLink& link)> on_link;
 
@@ -148,8 +153,10 @@ class Supervisor {
 };
 
 // The seed's library call: fork `processes` server processes running `main`, supervise them, and
-// forward SIGTERM/SIGINT. Returns -1 if the first fork fails, else 0 once every process has been
-// reaped (after SIGTERM, or when all exited 0). Call once, from a single-threaded caller.
+// forward SIGTERM/SIGINT. Returns -1 if the first fork fails; once every process has been reaped,
+// 0 after SIGTERM/SIGINT, else (no process left and none to respawn: each exited 0 or
+// kExitBadConfig by itself) kExitBadConfig if a slot failed so, 1 otherwise. A crash never ends it:
+// a crashed process is respawned. Call once, from a single-threaded caller.
 // `on_reload` (SIGHUP) may return a new ChildMain and listener set to start a new generation.
 struct FanoutHooks {
   std::function<bool(std::shared_ptr<ListenerSet>&, ChildMain&)> on_reload;

@@ -15,6 +15,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/owned_path.h"
+
 namespace corral::tls {
 
 namespace {
@@ -211,9 +213,11 @@ TicketKey::~TicketKey() {
 }
 
 core::Result<CertPaths> ensure_dev_cert(const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
-    return core::errno_error(("create " + dir).c_str());
+  // Someone else's directory or key would be adopted as ours: refused (core/owned_path.h).
+  if (auto r = core::ensure_owned_dir(dir); !r) return r.error();
   CertPaths p{dir + "/dev-cert.pem", dir + "/dev-key.pem"};
+  for (const auto& path : {p.key, p.cert})
+    if (auto r = core::check_owned_if_present(path); !r) return r.error();
   if (dev_cert_usable(p)) return p;
   if (auto r = make_dev_cert(p); !r) return r.error();
   return p;

@@ -51,7 +51,9 @@ class TicketKey {
 
 // The development certificate: a self-signed ECDSA P-256 certificate for localhost, 127.0.0.1
 // and ::1 in <dir>/dev-cert.pem and <dir>/dev-key.pem (0600), made when absent or expiring within
-// a day. `corral cert` and a TLS listener without a configured certificate use it.
+// a day. `corral cert` and a TLS listener without a configured certificate use it. <dir> (made
+// 0700 when absent) and the two files must be the running user's and not group/other writable
+// (core/owned_path.h), or it fails with core::kErrorUnsafePath naming the path.
 struct CertPaths {
   std::string cert;
   std::string key;

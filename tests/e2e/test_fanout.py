@@ -462,7 +462,8 @@ def test_sigkill_on_supervisor_takes_every_process(fanout):
 
 def test_child_exiting_0_is_not_respawned(fanout):
     """A server process that exits 0 by itself (here: someone sends it SIGTERM; it drains and
-    exits 0) is not respawned; when every process has exited 0 the supervisor exits 0."""
+    exits 0) is not respawned; when every process has exited 0 the supervisor stops, with status 1:
+    nothing asked it to (test_supervisor_stays.py)."""
     fo = fanout("--processes", "2")
     pids = {s["index"]: s["pid"] for s in fo.wait_running()["processes"]}
     os.kill(pids[1], signal.SIGTERM)
@@ -480,7 +481,7 @@ def test_child_exiting_0_is_not_respawned(fanout):
     assert len(re.findall(r"process_started slot=1 ", fo.log())) == 1
     assert next(s for s in fo.slots() if s["index"] == 0)["pid"] == pids[0]
     os.kill(pids[0], signal.SIGTERM)
-    assert fo.srv.wait_exit(timeout=5) == 0
+    assert fo.srv.wait_exit(timeout=5) == 1
 
 
 # --- crash loop ---------------------------------------------------------------------------------
