@@ -1,12 +1,16 @@
 // Supervisor: the fan-out of corral (the `wired_srvworkers_run` design, with its gaps closed).
 // It creates every listening socket before forking (one SO_REUSEPORT socket per slot and address,
-// kept open here for the supervisor's whole life), forks one server process per slot, optionally
+// kept open here for the supervisor's whole life; each address claimed first, so no other corral
+// joins the group: listen_claim.h), forks one server process per slot, optionally
 // pinned, and supervises them on its own event loop through a pidfd per child:
 //
 //  * slot i always has socket i and CPU i; a process killed by a signal or exiting non-zero is
 //    re-forked into the same slot. Exit 0 is not respawned, nor kExitBadConfig (78). A process
 //    that dies within `stable_ms` of its start backs off exponentially (100 ms -> 30 s); one that
 //    ran longer is respawned at once and its backoff is reset.
+//  * A respawn is always armed on the slot's timer (due at once for a plain crash), so a slot
+//    that will have a process again is never taken for a finished one: a crash never stops the
+//    supervisor. It finishes by itself only when no slot has a process or a respawn to come.
 //  * terminate(): SIGTERM once to every live process, no more respawns; a second terminate() or
 //    the stop deadline sends SIGKILL. on_finished runs when every process has been reaped.
 //  * reload(): a new generation with a new spec (and, if the addresses changed, new sockets).
