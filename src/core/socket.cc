@@ -103,15 +103,24 @@ Result<UniqueFd> listen_unix(const std::string& path, int backlog) {
   sockaddr_un sun{};
   if (path.size() >= sizeof sun.sun_path)
     return Error{ENAMETOOLONG, "socket path too long: " + path};
+  // Bound under a temporary name and renamed into place once it listens: whoever sees the path
+  // can connect (between bind and listen a connect is refused). Without room for the suffix, in
+  // place.
+  std::string bound = path.size() + 4 < sizeof sun.sun_path ? path + ".new" : path;
   sun.sun_family = AF_UNIX;
-  std::memcpy(sun.sun_path, path.c_str(), path.size() + 1);
+  std::memcpy(sun.sun_path, bound.c_str(), bound.size() + 1);
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd) return errno_error("socket(AF_UNIX)");
-  ::unlink(path.c_str());
+  ::unlink(bound.c_str());
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&sun), sizeof sun) < 0)
-    return errno_error(("bind " + path).c_str());
-  ::chmod(path.c_str(), 0600);
+    return errno_error(("bind " + bound).c_str());
+  ::chmod(bound.c_str(), 0600);
   if (::listen(fd.get(), backlog) < 0) return errno_error("listen");
+  if (bound != path && ::rename(bound.c_str(), path.c_str()) < 0) {
+    auto e = errno_error(("rename " + bound).c_str());
+    ::unlink(bound.c_str());
+    return e;
+  }
   return fd;
 }
 
