@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/escape.h"
+
 namespace corral::control {
 
 namespace {
@@ -20,7 +22,9 @@ class WatchStream final : public http::StreamProducer {
     w.write(nlohmann::json({{"state", manager_.state()}}).dump() + "\n");
     id_ = manager_.watch([this](const std::string& address, const nlohmann::json& entry) {
       if (!writer_) return;
-      writer_->write(nlohmann::json({{"address", address}, {"entry", entry}}).dump() + "\n");
+      writer_->write(
+          nlohmann::json({{"address", core::wire_encode(address)}, {"entry", entry}}).dump() +
+          "\n");
       if (writer_->buffered() > kMaxWatchBacklog) {  // a watcher that does not read
         auto* w = std::exchange(writer_, nullptr);
         unsubscribe();
@@ -43,7 +47,25 @@ class WatchStream final : public http::StreamProducer {
 };
 
 http::Response accepted(workers::Manager& m, const std::string& address) {
-  return http::Response::json({{"address", address}, {"entry", m.entry(address)}}, 202);
+  return http::Response::json(
+      {{"address", core::wire_encode(address)}, {"entry", m.entry(address)}}, 202);
+}
+
+// The {address} of a control path is the address's wire form (as GET /workers shows it), itself
+// percent-encoded as one path segment: "doc:%FF" is POST /workers/doc%3A%25FF/retry.
+std::optional<std::string> address_param(http::Request& req) {
+  std::string address;
+  if (!core::wire_decode(req.param("address"), address)) return std::nullopt;
+  return address;
+}
+
+http::Response bad_address() {
+  return http::Response::json(
+      {{"error",
+        {{"message",
+          "Not an address in its wire form: write '%' as %25 (docs/worker-protocol.md)."},
+         {"code", "bad_address"}}}},
+      400);
 }
 
 http::Response not_found(std::string_view message) {
@@ -59,22 +81,30 @@ void add_worker_routes(http::SiteBuilder& site, workers::Manager& manager) {
     return http::Response::stream(std::make_unique<WatchStream>(manager), "application/x-ndjson");
   });
   site.route("POST /workers/{address}/retry", [&manager](http::Request& req) {
-    std::string address(req.param("address"));
+    auto decoded = address_param(req);
+    if (!decoded) return bad_address();
+    const std::string& address = *decoded;
     if (!manager.retry(address)) return not_found("The address is neither failed nor suspended.");
     return accepted(manager, address);
   });
   site.route("POST /workers/{address}/stop", [&manager](http::Request& req) {
-    std::string address(req.param("address"));
+    auto decoded = address_param(req);
+    if (!decoded) return bad_address();
+    const std::string& address = *decoded;
     if (!manager.stop(address)) return not_found("No worker runs for this address.");
     return accepted(manager, address);
   });
   site.route("POST /workers/{address}/suspend", [&manager](http::Request& req) {
-    std::string address(req.param("address"));
+    auto decoded = address_param(req);
+    if (!decoded) return bad_address();
+    const std::string& address = *decoded;
     if (!manager.suspend(address)) return not_found("No such worker kind.");
     return accepted(manager, address);
   });
   site.route("POST /workers/{address}/resume", [&manager](http::Request& req) {
-    std::string address(req.param("address"));
+    auto decoded = address_param(req);
+    if (!decoded) return bad_address();
+    const std::string& address = *decoded;
     if (!manager.resume(address)) return not_found("The address is not suspended.");
     return accepted(manager, address);
   });
