@@ -208,14 +208,18 @@ void serve_link(core::MessageLink& link, workers::Manager** manager, int slot,
       std::string address = decoded.value_or(std::string());
       auto reply = [st, id, address, remember](const workers::Resolution& r) {
         if (!st->link) return;
+        // Answered from the manager's deferred callbacks, outside any guard: a dump that cannot
+        // throw (a socket path or a public error that is not UTF-8 is written with U+FFFD).
+        constexpr auto kReplace = nlohmann::json::error_handler_t::replace;
         if (r.ok()) {
           remember(address);
           st->link->send(
-              nlohmann::json{{"type", "resolved"}, {"id", id}, {"socket", r.socket_path}}.dump());
+              nlohmann::json{{"type", "resolved"}, {"id", id}, {"socket", r.socket_path}}.dump(
+                  -1, ' ', false, kReplace));
         } else {
           st->link->send(nlohmann::json{
               {"type", "refused"}, {"id", id}, {"status", r.status}, {"error", r.error}}
-                             .dump());
+                             .dump(-1, ' ', false, kReplace));
         }
       };
       if (!decoded) {

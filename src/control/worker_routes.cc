@@ -10,6 +10,11 @@ namespace {
 
 constexpr size_t kMaxWatchBacklog = 1 << 20;
 
+// Never throws (U+FFFD for a string that is not UTF-8; addresses are in their lossless wire form).
+std::string dump(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 // One watcher of the manager's state: subscribes on start, unsubscribes on abort, end or
 // destruction, whichever comes first.
 class WatchStream final : public http::StreamProducer {
@@ -19,12 +24,11 @@ class WatchStream final : public http::StreamProducer {
 
   void on_start(http::StreamWriter& w) override {
     writer_ = &w;
-    w.write(nlohmann::json({{"state", manager_.state()}}).dump() + "\n");
+    w.write(dump(nlohmann::json({{"state", manager_.state()}})) + "\n");
     id_ = manager_.watch([this](const std::string& address, const nlohmann::json& entry) {
       if (!writer_) return;
       writer_->write(
-          nlohmann::json({{"address", core::wire_encode(address)}, {"entry", entry}}).dump() +
-          "\n");
+          dump(nlohmann::json({{"address", core::wire_encode(address)}, {"entry", entry}})) + "\n");
       if (writer_->buffered() > kMaxWatchBacklog) {  // a watcher that does not read
         auto* w = std::exchange(writer_, nullptr);
         unsubscribe();

@@ -84,7 +84,13 @@ nlohmann::json sanitize_error(const nlohmann::json& e) {
     auto it = e.find(key);
     if (it != e.end() && it->is_string()) {
       std::string v = it->get<std::string>();
-      if (v.size() > kMaxPublicField) v.resize(kMaxPublicField);
+      if (v.size() > kMaxPublicField) {
+        // Cut at a character boundary: half a UTF-8 sequence would make every later dump() of
+        // the state (the control API, the refusal sent to a server process) throw.
+        size_t n = kMaxPublicField;
+        while (n > 0 && (static_cast<unsigned char>(v[n]) & 0xC0) == 0x80) --n;
+        v.resize(n);
+      }
       out[key] = v;
     }
   }
