@@ -36,6 +36,7 @@
 
 #include <fmt/format.h>
 
+#include "core/escape.h"
 #include "http/percent.h"
 #include "worker/worker.h"
 
@@ -43,9 +44,10 @@ namespace {
 
 using namespace corral;
 
-// Every byte but the RFC 3986 unreserved ones as %XX (as the lock path does).
+// Every byte but the RFC 3986 unreserved ones as %XX, with a hash instead of the tail of a long
+// one (as the lock's name): a bounded, safe file name for any address (core/escape.h).
 std::string file_name_for(std::string_view address) {
-  return http::percent_encode_name(address);
+  return core::bounded_file_name(address, 200);
 }
 
 std::string html_escape(std::string_view s) {

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "core/escape.h"
 #include "http/percent.h"
 #include "worker/worker.h"
 #include "ws/socket.h"
@@ -99,9 +100,10 @@ void save(const Counter& c) {
     throw std::runtime_error("cannot rename to " + c.path);
 }
 
-// Every byte but the RFC 3986 unreserved ones as %XX: a safe file name for any address.
+// Every byte but the RFC 3986 unreserved ones as %XX, with a hash instead of the tail of a long
+// one (as the lock's name): a bounded, safe file name for any address (core/escape.h).
 std::string file_name_for(std::string_view address) {
-  return http::percent_encode_name(address);
+  return core::bounded_file_name(address, 200);
 }
 
 uint64_t query_ms(std::string_view query) {
@@ -172,7 +174,7 @@ int main() {
           return http::Response::text(std::string(req.query) + "\n");
         });
         site.route("GET /start", [&ctx](http::Request&) {
-          return http::Response::json({{"address", ctx.address()},
+          return http::Response::json({{"address", core::wire_encode(ctx.address())},
                                        {"start", ctx.start_data()},
                                        {"scripts", ctx.scripts()}});
         });

@@ -39,6 +39,8 @@ import sys
 import threading
 import time
 import traceback
+import base64
+import hashlib
 import urllib.parse
 
 FORCE_EXIT_S = 3.0  # the protocol: a worker not gone 3 s after `shutdown` exits by itself
@@ -54,6 +56,45 @@ def log(event, **fields):
         sys.stderr.flush()
     except OSError:
         pass  # the reader is gone (the manager died): the stop path must still run the closers
+
+
+def decode_address(text):
+    """An address's wire form (docs/worker-protocol.md) back to its bytes: '%XX' is the byte XX,
+    every other character is its UTF-8. None when a '%' is not followed by two hex digits."""
+    out = bytearray()
+    i = 0
+    raw = text.encode("utf-8", "surrogateescape")
+    while i < len(raw):
+        c = raw[i]
+        if c != 0x25:
+            out.append(c)
+            i += 1
+            continue
+        pair = raw[i + 1:i + 3]
+        if len(pair) != 2 or not all(chr(b) in "0123456789abcdefABCDEF" for b in pair):
+            return None
+        out.append(int(pair, 16))
+        i += 3
+    return bytes(out)
+
+
+def file_name_for(address_bytes, limit=200):
+    """A bounded file name for an address, as the manager names its lock (core/escape.h): the
+    percent-encoding of every byte but [A-Za-z0-9._-] while it fits, else a prefix of it, '~' and
+    the base64url of the first 128 bits of the address's SHA-256."""
+    name = "".join(chr(b) if chr(b).isascii() and (chr(b).isalnum() or chr(b) in "._-")
+                   else f"%{b:02X}" for b in address_bytes)
+    if not name or name[0] == ".":
+        name = "%" + name
+    if len(name) <= limit:
+        return name
+    keep = limit - 23
+    if keep >= 1 and name[keep - 1] == "%":
+        keep -= 1
+    elif keep >= 2 and name[keep - 2] == "%":
+        keep -= 2
+    digest = hashlib.sha256(address_bytes).digest()[:16]
+    return name[:keep] + "~" + base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
 class PublicError(Exception):
@@ -87,7 +128,9 @@ class WorkerRuntime:
         for s in (self.control, self.listener):
             s.set_inheritable(False)
             s.setblocking(True)
+        # The address's wire form (printable, safe in JSON and logs); address_bytes is the address.
         self.address = os.environ.get("CORRAL_ADDRESS", "")
+        self.address_bytes = decode_address(self.address) or b""
         self.state_dir = os.environ.get("CORRAL_STATE_DIR", "")
         self.start_data = None
         self.scripts = []
@@ -236,7 +279,9 @@ class WorkerRuntime:
         lock = msg.get("lock")
         if not isinstance(lock, str) or not lock:
             return log("control_message_dropped", reason="start without a lock path")
-        self.address = msg.get("address") or self.address
+        address = msg.get("address")
+        if isinstance(address, str) and address and decode_address(address) is not None:
+            self.address, self.address_bytes = address, decode_address(address)
         self.start_data = msg.get("start")
         self.scripts = msg.get("scripts") or []
         self._locking = True
@@ -407,7 +452,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 def setup(runtime):
     data_dir = os.path.join(runtime.state_dir or ".", "data")
     os.makedirs(data_dir, mode=0o700, exist_ok=True)
-    path = os.path.join(data_dir, urllib.parse.quote(runtime.address, safe="") + ".count")
+    path = os.path.join(data_dir, file_name_for(runtime.address_bytes) + ".count")
     state = {"count": 0}
     try:
         with open(path) as f:

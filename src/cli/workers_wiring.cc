@@ -3,10 +3,46 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/escape.h"
 #include "http/proxy.h"
 #include "ws/handshake.h"
 
 namespace corral::cli {
+
+namespace {
+
+// Typed fields of a link message, never throwing on a wrong type (nlohmann's value() does).
+std::string string_field(const nlohmann::json& m, const char* key) {
+  auto it = m.find(key);
+  return it != m.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+uint64_t id_field(const nlohmann::json& m) {
+  auto it = m.find("id");
+  return it != m.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
+}
+// An address's wire form back to its bytes; nullopt for a malformed one.
+std::optional<std::string> address_field(const nlohmann::json& m) {
+  std::string address;
+  if (!core::wire_decode(string_field(m, "address"), address)) return std::nullopt;
+  return address;
+}
+
+// The last resort at a link boundary: a handler's exception is logged on stderr (escaped) and
+// the message dropped, rather than reaching std::terminate and taking the process down.
+template <typename F>
+void guarded(std::string_view where, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    core::Logger log(2);
+    log.error("link_message_failed", "where={} error=\"{}\"", where, e.what());
+  } catch (...) {
+    core::Logger log(2);
+    log.error("link_message_failed", "where={} error=\"unknown exception\"", where);
+  }
+}
+
+}  // namespace
 
 http::Response error_response(int status, const nlohmann::json& error) {
   nlohmann::json e = error.is_object() ? error : nlohmann::json{{"message", "unavailable"}};
@@ -16,25 +52,7 @@ http::Response error_response(int status, const nlohmann::json& error) {
 LinkResolver::LinkResolver(core::EventLoop& loop, core::UniqueFd fd)
     : loop_(loop), link_(loop, std::move(fd)) {
   link_.on_message = [this](std::string_view message) {
-    auto m = nlohmann::json::parse(message, nullptr, false);
-    if (!m.is_object()) return;
-    if (m.value("type", "") == "forget") {  // the address's worker stopped, failed or is suspended
-      cache_.erase(m.value("address", ""));
-      return;
-    }
-    if (!m.contains("id")) return;
-    auto it = pending_.find(m.value("id", uint64_t{0}));
-    if (it == pending_.end()) return;
-    auto [address, answer] = std::move(it->second);
-    pending_.erase(it);
-    if (m.value("type", "") == "resolved") {
-      std::string path = m.value("socket", "");
-      if (cache_.size() >= kCacheMax) cache_.clear();  // bounded: entries are cheap to get back
-      cache_[address] = {path, loop_.now() + kCacheMs};
-      answer(std::move(path), std::nullopt);
-    } else {
-      answer({}, error_response(m.value("status", 503), m.value("error", nlohmann::json())));
-    }
+    guarded("server", [&] { on_message(message); });
   };
   link_.on_closed = [this] {
     auto pending = std::move(pending_);
@@ -42,6 +60,32 @@ LinkResolver::LinkResolver(core::EventLoop& loop, core::UniqueFd fd)
     for (auto& [id, entry] : pending)
       entry.second({}, error_response(503, {{"message", "the supervisor is gone"}}));
   };
+}
+
+void LinkResolver::on_message(std::string_view message) {
+  auto m = nlohmann::json::parse(message, nullptr, false);
+  if (!m.is_object()) return;
+  std::string type = string_field(m, "type");
+  if (type == "forget") {  // the address's worker stopped, failed or is suspended
+    if (auto address = address_field(m)) cache_.erase(*address);
+    return;
+  }
+  auto it = pending_.find(id_field(m));
+  if (it == pending_.end()) return;
+  auto [address, answer] = std::move(it->second);
+  pending_.erase(it);
+  if (type == "resolved") {
+    std::string path = string_field(m, "socket");
+    if (cache_.size() >= kCacheMax) cache_.clear();  // bounded: entries are cheap to get back
+    cache_[address] = {path, loop_.now() + kCacheMs};
+    answer(std::move(path), std::nullopt);
+  } else {
+    auto status = m.find("status");
+    auto error = m.find("error");
+    answer({}, error_response(
+                   status != m.end() && status->is_number_integer() ? status->get<int>() : 503,
+                   error != m.end() ? *error : nlohmann::json()));
+  }
 }
 
 void LinkResolver::resolve(const std::string& address, Answer answer, bool fresh) {
@@ -57,7 +101,9 @@ void LinkResolver::resolve(const std::string& address, Answer answer, bool fresh
   uint64_t id = next_id_++;
   pending_.emplace(id, std::make_pair(address, std::move(answer)));
   ++sent_;
-  link_.send(nlohmann::json{{"type", "resolve"}, {"id", id}, {"address", address}}.dump());
+  link_.send(
+      nlohmann::json{{"type", "resolve"}, {"id", id}, {"address", core::wire_encode(address)}}
+          .dump());
 }
 
 void add_worker_proxy_routes(http::SiteBuilder& site, const std::vector<WorkerKind>& kinds,
@@ -80,7 +126,7 @@ void add_worker_proxy_routes(http::SiteBuilder& site, const std::vector<WorkerKi
         if (!req.query.empty()) options.target.append("?").append(req.query);
         options.extra_headers.reserve(96);
         options.add_header("Corral-Remote-Address", req.remote_address)
-            .add_header("Corral-Address", address);
+            .add_header("Corral-Address", core::wire_encode(address));
         if (req.principal) options.add_header("Corral-Principal", req.principal->id);
         // The worker sees the part of the path the route's '*' matched ("/doc/42/edit" with
         // "/doc/{id}/*" -> "/edit"), with the query: its routes are relative to its address.
@@ -139,41 +185,53 @@ void serve_link(core::MessageLink& link, workers::Manager** manager, int slot,
       bool serving =
           e.is_object() && e.value("status", "") == "running" && !e.value("suspended", false);
       if (serving || !st->link || !st->resolved.erase(a)) return;
-      st->link->send(nlohmann::json{{"type", "forget"}, {"address", a}}.dump());
+      st->link->send(nlohmann::json{{"type", "forget"}, {"address", core::wire_encode(a)}}.dump());
     });
   };
   link.on_message = [st, manager, slot, reports, remember](std::string_view message) {
-    auto m = nlohmann::json::parse(message, nullptr, false);
-    if (!m.is_object()) return;
-    if (m.value("type", "") == "report") {
-      if (reports) {
-        m.erase("type");
-        auto& last = reports->by_slot[slot];
-        if (!last.is_object()) last = nlohmann::json::object();
-        last.update(m);  // "quic" and "proxy" come in separate reports
+    guarded("supervisor", [&] {
+      auto m = nlohmann::json::parse(message, nullptr, false);
+      if (!m.is_object()) return;
+      std::string type = string_field(m, "type");
+      if (type == "report") {
+        if (reports) {
+          m.erase("type");
+          auto& last = reports->by_slot[slot];
+          if (!last.is_object()) last = nlohmann::json::object();
+          last.update(m);  // "quic" and "proxy" come in separate reports
+        }
+        return;
       }
-      return;
-    }
-    if (m.value("type", "") != "resolve") return;
-    uint64_t id = m.value("id", uint64_t{0});
-    std::string address = m.value("address", "");
-    auto reply = [st, id, address, remember](const workers::Resolution& r) {
-      if (!st->link) return;
-      if (r.ok()) {
-        remember(address);
-        st->link->send(
-            nlohmann::json{{"type", "resolved"}, {"id", id}, {"socket", r.socket_path}}.dump());
-      } else {
-        st->link->send(nlohmann::json{
-            {"type", "refused"}, {"id", id}, {"status", r.status}, {"error", r.error}}
-                           .dump());
+      if (type != "resolve") return;
+      uint64_t id = id_field(m);
+      auto decoded = address_field(m);
+      std::string address = decoded.value_or(std::string());
+      auto reply = [st, id, address, remember](const workers::Resolution& r) {
+        if (!st->link) return;
+        // Answered from the manager's deferred callbacks, outside any guard: a dump that cannot
+        // throw (a socket path or a public error that is not UTF-8 is written with U+FFFD).
+        constexpr auto kReplace = nlohmann::json::error_handler_t::replace;
+        if (r.ok()) {
+          remember(address);
+          st->link->send(
+              nlohmann::json{{"type", "resolved"}, {"id", id}, {"socket", r.socket_path}}.dump(
+                  -1, ' ', false, kReplace));
+        } else {
+          st->link->send(nlohmann::json{
+              {"type", "refused"}, {"id", id}, {"status", r.status}, {"error", r.error}}
+                             .dump(-1, ' ', false, kReplace));
+        }
+      };
+      if (!decoded) {
+        reply({{}, 400, {{"message", "Not a worker address."}, {"code", "bad_address"}}});
+        return;
       }
-    };
-    if (!*manager) {
-      reply({{}, 503, {{"message", "workers are not available"}}});
-      return;
-    }
-    (*manager)->resolve(address, reply);
+      if (!*manager) {
+        reply({{}, 503, {{"message", "workers are not available"}}});
+        return;
+      }
+      (*manager)->resolve(address, reply);
+    });
   };
 }
 

@@ -2,7 +2,10 @@
 // paths to the address's worker (resolving the address over the process's link to the
 // supervisor), and the supervisor's side of that link (the worker manager answers).
 //
-// Link messages (JSON, one per SEQPACKET packet):
+// Link messages (JSON, one per SEQPACKET packet). An address is bytes; in a message it is its wire
+// form (core::wire_encode: '%' and what is not text as %XX, docs/worker-protocol.md), as it is in
+// the Corral-Address header the worker gets. A handler's exception is logged and the message
+// dropped: none reaches std::terminate.
 //   server -> supervisor  {"type":"resolve","id":N,"address":"doc:42"}
 //                         {"type":"report","quic":{...}}, {"type":"report","proxy":{...}}
 //                         (every second: the process's own state for the control API's
@@ -50,6 +53,7 @@ class LinkResolver {
   size_t cached() const { return cache_.size(); }
 
  private:
+  void on_message(std::string_view message);
   struct Cached {
     std::string path;
     uint64_t until_ms;

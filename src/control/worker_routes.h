@@ -6,6 +6,9 @@
 //   POST /workers/{address}/stop      202; 404 if there is no worker nor a queued start
 //   POST /workers/{address}/suspend   202; 404 for an unknown kind
 //   POST /workers/{address}/resume    202; 404 if not suspended
+// Addresses appear in their wire form (core::wire_encode: '%' and bytes that are not text as %XX),
+// in the JSON and in {address}, which is that form percent-encoded once more as a path segment;
+// an {address} that is not a wire form is 400 bad_address.
 // The routes borrow the Manager: the control server must be closed before it is destroyed. A
 // watcher that does not read is cut off once 1 MiB is queued for it.
 #pragma once

@@ -633,12 +633,14 @@ void Connection::access_log(int status, uint64_t bytes) {
   std::string_view target = log_target_.empty() ? req_.target : log_target_;
   if (target.size() > 2048) target = target.substr(0, 2048);
   auto& b = server_.log().buffered();
-  size_t cap = 160 + method.size() + target.size() + peer_ip_.size();
+  // Escaped (core/log.h): a byte may become "\xNN".
+  size_t cap = 160 + 4 * (method.size() + target.size()) + peer_ip_.size();
   char* p = b.reserve(cap);
   auto r = fmt::format_to_n(
       p, cap, "{} info access remote={} method={} target={} status={} bytes={} ms={}",
-      server_.log_time(), peer_ip_, method.empty() ? "-" : method, target.empty() ? "-" : target,
-      status, bytes, loop_.now() - started_ms_);
+      server_.log_time(), peer_ip_, core::LogValue{method.empty() ? "-" : method, false},
+      core::LogValue{target.empty() ? "-" : target, false}, status, bytes,
+      loop_.now() - started_ms_);
   b.commit(std::min(r.size, cap));
   server_.log().end_buffered_line();
 }

@@ -25,7 +25,9 @@ Response Response::html(std::string body, int status) {
 Response Response::json(const nlohmann::json& value, int status) {
   Response r;
   r.status = status;
-  r.body = value.dump();
+  // Never throws on a string that is not valid UTF-8 (U+FFFD instead): a response is built on the
+  // request path. Addresses reach JSON in their wire form (core/escape.h), which is lossless.
+  r.body = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   r.content_type_ = "application/json";
   return r;
 }

@@ -396,12 +396,14 @@ void H3Stream::access_log() {
   if (target.size() > 2048) target = target.substr(0, 2048);
   auto peer = conn_.peer().text();
   auto& b = tcp.log().buffered();
-  size_t cap = 180 + method.size() + target.size() + peer.size();
+  // Escaped (core/log.h): a byte may become "\xNN".
+  size_t cap = 180 + 4 * (method.size() + target.size()) + peer.size();
   char* p = b.reserve(cap);
   auto r = fmt::format_to_n(
       p, cap, "{} info access remote={} method={} target={} status={} bytes={} ms={} proto=h3",
-      tcp.log_time(), peer, method.empty() ? "-" : method, target.empty() ? "-" : target,
-      status_ ? status_ : 499, body_bytes_, conn_.endpoint().loop().now() - started_ms_);
+      tcp.log_time(), peer, core::LogValue{method.empty() ? "-" : method, false},
+      core::LogValue{target.empty() ? "-" : target, false}, status_ ? status_ : 499, body_bytes_,
+      conn_.endpoint().loop().now() - started_ms_);
   b.commit(std::min(r.size, cap));
   tcp.log().end_buffered_line();
 }

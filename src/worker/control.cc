@@ -2,6 +2,8 @@
 
 #include <cerrno>
 
+#include "core/escape.h"
+
 namespace corral::worker {
 
 namespace {
@@ -30,7 +32,9 @@ core::Result<ManagerMessage> parse_manager_message(std::string_view packet) {
     m.start.lock = lock->get<std::string>();
     if (auto a = j.find("address"); a != j.end()) {
       if (!a->is_string()) return invalid("start 'address' is not a string");
-      m.start.address = a->get<std::string>();
+      // The wire form (core/escape.h) back to the address's bytes.
+      if (!core::wire_decode(a->get_ref<const std::string&>(), m.start.address))
+        return invalid("start 'address' is not a wire-form address");
     }
     if (auto s = j.find("start"); s != j.end()) m.start.start = *s;
     m.start.scripts = nlohmann::json::array();

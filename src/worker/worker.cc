@@ -23,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/escape.h"
+
 namespace corral::worker {
 
 namespace {
@@ -306,7 +308,8 @@ class Worker {
     if (!options_.redact) options_.redact = default_redact;
     options_.server.close_timeout_ms =
         std::min(options_.server.close_timeout_ms, options_.force_exit_ms / 2);
-    address_ = env_string("CORRAL_ADDRESS");
+    // CORRAL_ADDRESS is the address's wire form (core/escape.h); address() gives its bytes.
+    if (!core::wire_decode(env_string("CORRAL_ADDRESS"), address_)) address_.clear();
     state_dir_ = env_string("CORRAL_STATE_DIR");
   }
 
@@ -333,7 +336,7 @@ class Worker {
     server_.reset();
     loop_.run_once(0);  // frees what the server's connections left to the loop's graveyard
     channel_.flush_blocking(kFinalFlushMs);
-    log_.info("worker_exit", "address={} status={}", address_, exit_status_);
+    log_.info("worker_exit", "address=\"{}\" status={}", address_, exit_status_);
     log_.flush();
     return exit_status_;
   }
@@ -350,14 +353,14 @@ class Worker {
   void busy_add(int delta) {
     busy_ += delta;
     if (busy_ < 0) {
-      log_.error("busy_underflow", "address={} busy={}", address_, busy_);
+      log_.error("busy_underflow", "address=\"{}\" busy={}", address_, busy_);
       busy_ = 0;
     }
     update_idle();
   }
 
   void fatal(const std::exception& e) {
-    log_.error("worker_fatal", "address={} error=\"{}\"", address_, e.what());
+    log_.error("worker_fatal", "address=\"{}\" error=\"{}\"", address_, e.what());
     if (state_ >= State::kStopping) return;  // already on the way out; one `fatal` is enough
     PublicError p;
     try {
@@ -407,7 +410,7 @@ class Worker {
     if (::flock(fd.get(), LOCK_EX | LOCK_NB) == 0) return locked(std::move(fd));
     if (errno != EWOULDBLOCK) return lock_failed(core::errno_error("flock"));
     // Another worker for this address still lives: wait for its exit, blocking, not polling.
-    log_.info("lock_wait", "address={} lock=\"{}\"", address_, start_.lock);
+    log_.info("lock_wait", "address=\"{}\" lock=\"{}\"", address_, start_.lock);
     lock_waiter_ = std::make_unique<LockWaiter>(loop_, [this](core::Result<core::UniqueFd> r) {
       loop_.destroy_later(std::move(lock_waiter_));
       if (!r) return lock_failed(r.error());
@@ -420,7 +423,7 @@ class Worker {
   }
 
   void lock_failed(const core::Error& e) {
-    log_.error("lock_failed", "address={} lock=\"{}\" error=\"{}\"", address_, start_.lock,
+    log_.error("lock_failed", "address=\"{}\" lock=\"{}\" error=\"{}\"", address_, start_.lock,
                e.reason);
     send_fatal({"the worker could not take its address lock", "lock_failed", ""});
   }
@@ -450,7 +453,7 @@ class Worker {
     state_ = State::kRunning;
     reported_idle_ = idle();
     channel_.send(encode_ready(reported_idle_));
-    log_.info("worker_ready", "address={} routes={}", address_, server_->site()->route_count());
+    log_.info("worker_ready", "address=\"{}\" routes={}", address_, server_->site()->route_count());
   }
 
   bool idle() const { return (!server_ || server_->idle()) && busy_ == 0; }
@@ -487,7 +490,7 @@ class Worker {
     State was = state_;
     state_ = State::kStopping;
     exit_status_ = status;
-    log_.info("worker_stopping", "address={} reason={}", address_, why);
+    log_.info("worker_stopping", "address=\"{}\" reason={}", address_, why);
     arm_force_exit(options_.force_exit_ms, status);
     if (lock_waiter_) loop_.destroy_later(std::move(lock_waiter_));
     if (server_ && was == State::kRunning) {
@@ -502,9 +505,9 @@ class Worker {
       try {
         (*it)();
       } catch (const std::exception& e) {
-        log_.error("closer_failed", "address={} error=\"{}\"", address_, e.what());
+        log_.error("closer_failed", "address=\"{}\" error=\"{}\"", address_, e.what());
       } catch (...) {
-        log_.error("closer_failed", "address={} error=\"non-exception\"", address_);
+        log_.error("closer_failed", "address=\"{}\" error=\"non-exception\"", address_);
       }
     }
     closers_.clear();

@@ -30,7 +30,7 @@ namespace corral::workers {
 struct LaunchSpec {
   std::vector<std::string> command;  // argv; command[0] is looked up on PATH
   std::map<std::string, std::string> env;
-  std::string address;
+  std::string address;  // its wire form (core::wire_encode): CORRAL_ADDRESS
   std::string state_dir;
   int listen_fd = -1;  // becomes fd 4 in the child; the caller keeps (and closes) its copy
 };

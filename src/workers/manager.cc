@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/escape.h"
 #include "core/socket.h"
 #include "http/percent.h"
 
@@ -27,6 +28,26 @@ constexpr size_t kMaxPacket = 64 * 1024;
 constexpr size_t kMaxPartialLine = 16 * 1024;
 constexpr size_t kMaxPublicField = 1024;
 constexpr size_t kMaxKey = 256;
+// File names for an address (core::bounded_file_name): a lock's is the same in every manager on
+// the state directory whatever its path is spelled like, a socket's fits sun_path.
+constexpr size_t kMaxLockName = 200;
+
+// A JSON message as text; nullopt (and a logged error) when it cannot be written. Addresses cross
+// JSON in their wire form (core::wire_encode), so this only guards against a path or a start
+// hook's data that is not valid UTF-8.
+std::optional<std::string> dump_message(core::Logger& log, const nlohmann::json& msg) {
+  try {
+    return msg.dump();
+  } catch (const nlohmann::json::exception& e) {
+    log.error("worker_message_unwritable", "error=\"{}\"", e.what());
+    return std::nullopt;
+  }
+}
+
+// JSON for the log only (lossy is fine there): never throws.
+core::Verbatim log_json(const nlohmann::json& j) {
+  return {j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
+}
 
 // Whether `pid` is on its way out (the kernel's PF_EXITING in /proc/PID/stat's flags): killed or
 // exiting, but not yet reported by its pidfd. A process whose threads take long to die (a busy
@@ -63,7 +84,13 @@ nlohmann::json sanitize_error(const nlohmann::json& e) {
     auto it = e.find(key);
     if (it != e.end() && it->is_string()) {
       std::string v = it->get<std::string>();
-      if (v.size() > kMaxPublicField) v.resize(kMaxPublicField);
+      if (v.size() > kMaxPublicField) {
+        // Cut at a character boundary: half a UTF-8 sequence would make every later dump() of
+        // the state (the control API, the refusal sent to a server process) throw.
+        size_t n = kMaxPublicField;
+        while (n > 0 && (static_cast<unsigned char>(v[n]) & 0xC0) == 0x80) --n;
+        v.resize(n);
+      }
       out[key] = v;
     }
   }
@@ -85,12 +112,6 @@ core::Result<void> make_dir(const std::string& path, mode_t mode) {
   return {};
 }
 
-uint64_t fnv1a(std::string_view s) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
-  return h;
-}
-
 std::string exit_text(const siginfo_t& info) {
   if (info.si_code == CLD_EXITED) return "exit " + std::to_string(info.si_status);
   return "signal " + std::to_string(info.si_status);
@@ -100,6 +121,10 @@ std::string exit_text(const siginfo_t& info) {
 
 std::string encode_address(std::string_view address) {
   return http::percent_encode_name(address);
+}
+
+std::string lock_file_name(std::string_view address) {
+  return core::bounded_file_name(address, kMaxLockName) + ".lock";
 }
 
 struct Manager::Kind {
@@ -254,6 +279,18 @@ core::Result<std::unique_ptr<Manager>> Manager::create(core::EventLoop& loop, co
     kind->config = std::move(cfg);
     kinds.push_back(std::move(kind));
   }
+  // A worker's socket path must fit sun_path (108 bytes with its NUL): long addresses get a
+  // bounded name, but even the shortest one needs this much room after the directory.
+  size_t socket_dir = options.state_dir.size() + sizeof("/sockets/") - 1;
+  if (socket_dir + core::kMinFileName >= sizeof(sockaddr_un::sun_path))
+    return core::Error{ENAMETOOLONG,
+                       fmt::format("workers: the state directory \"{}\" is {} bytes long: worker "
+                                   "sockets in it would not fit a Unix socket path ({} bytes); "
+                                   "use a state directory of at most {} bytes",
+                                   core::log_escaped(options.state_dir), options.state_dir.size(),
+                                   sizeof(sockaddr_un::sun_path) - 1,
+                                   sizeof(sockaddr_un::sun_path) - 1 - core::kMinFileName -
+                                       (sizeof("/sockets/") - 1))};
   for (const char* sub : {"", "/sockets", "/locks", "/logs"}) {
     if (auto r = make_dir(options.state_dir + sub, 0700); !r) return r.error();
   }
@@ -418,17 +455,19 @@ void Manager::start(Slot& slot) {
                   "start hook threw a non-exception");
     }
   }
-  std::string encoded = encode_address(slot.address);
-  slot.socket_path = options_.state_dir + "/sockets/" + encoded;
-  if (slot.socket_path.size() >= sizeof(sockaddr_un::sun_path))
-    slot.socket_path = fmt::format("{}/sockets/h-{:016x}", options_.state_dir, fnv1a(slot.address));
+  std::string socket_dir = options_.state_dir + "/sockets/";
+  slot.socket_path =
+      socket_dir + core::bounded_file_name(
+                       slot.address, std::min<size_t>(kMaxLockName, sizeof(sockaddr_un::sun_path) -
+                                                                        1 - socket_dir.size()));
   auto listener = core::listen_unix(slot.socket_path);
   if (!listener)
     return fail(slot, public_error("The worker could not be started.", "start_failed"),
                 listener.error().reason);
   struct stat st;
   slot.socket_inode = ::stat(slot.socket_path.c_str(), &st) == 0 ? st.st_ino : 0;
-  LaunchSpec spec{cfg.command, cfg.env, slot.address, options_.state_dir, listener->get()};
+  LaunchSpec spec{cfg.command, cfg.env, core::wire_encode(slot.address), options_.state_dir,
+                  listener->get()};
   auto launched = launcher_->launch(spec);
   listener->reset();  // the child has its copy; nothing here accepts
   if (!launched) {
@@ -457,17 +496,19 @@ void Manager::start(Slot& slot) {
   arm_idle_check();
   log_.info("worker_starting", "address=\"{}\" pid={}", slot.address, wp->pid);
   nlohmann::json msg = {{"type", "start"},
-                        {"address", slot.address},
+                        {"address", core::wire_encode(slot.address)},
                         {"start", std::move(start_data)},
                         {"scripts", nlohmann::json::array()},
-                        {"lock", options_.state_dir + "/locks/" + encoded + ".lock"}};
+                        {"lock", options_.state_dir + "/locks/" + lock_file_name(slot.address)}};
   send(*wp, msg);
   changed(slot);
 }
 
 bool Manager::send(Worker& w, const nlohmann::json& msg) {
   if (!w.control) return false;
-  std::string data = msg.dump();
+  auto text = dump_message(log_, msg);
+  if (!text) return false;
+  const std::string& data = *text;
   return ::send(w.control.get(), data.data(), data.size(), MSG_NOSIGNAL | MSG_DONTWAIT) ==
          static_cast<ssize_t>(data.size());
 }
@@ -528,10 +569,10 @@ void Manager::on_message(Worker& w, const nlohmann::json& msg) {
       // An error while it stops (a closer failing) is no failure of the address: it was asked to
       // go.
       log_.warn("worker_error_on_stop", "address=\"{}\" pid={} error={}", slot.address, w.pid,
-                msg.dump());
+                log_json(msg));
       return;
     }
-    fail(slot, pub, "fatal: " + msg.dump());
+    fail(slot, pub, "fatal: " + log_json(msg).text);
   }
   // Unknown types are ignored (forward compatibility).
 }
@@ -606,7 +647,7 @@ void Manager::fail(Slot& slot, nlohmann::json pub, std::string full) {
     if (w->failure_log.empty()) w->failure_log = std::move(full);
   } else {
     log_.error("worker_failed", "address=\"{}\" error=\"{}\" public={} stderr_tail=\"{}\"",
-               slot.address, full, slot.failed.dump(), slot.tail);
+               slot.address, full, log_json(slot.failed), slot.tail);
   }
   changed(slot);
 }
@@ -640,7 +681,7 @@ void Manager::on_exit(Worker& w) {
   if (!failure.empty()) {
     log_.error("worker_failed",
                "address=\"{}\" error=\"{}\" exit=\"{}\" public={} stderr_tail=\"{}\"", slot.address,
-               failure, how, slot.failed.dump(), slot.tail);
+               failure, how, log_json(slot.failed), slot.tail);
   } else if (!asked) {
     fail(slot, public_error("The worker exited unexpectedly.", "worker_exited"),
          (w.started ? "exited: " : "exited before `started`: ") + how);
@@ -661,11 +702,22 @@ void Manager::on_output(Worker& w, bool is_err, std::string_view data, bool eof)
     if (slot.tail.size() > options_.stderr_tail_bytes)
       slot.tail.erase(0, slot.tail.size() - options_.stderr_tail_bytes);
   }
+  // "<address> <line>", both escaped (core/escape.h): neither the address nor what the worker
+  // wrote can start a line of its own. The prefix is the address's wire form with its spaces as
+  // "%20" too (so it ends at the first space, and wire_decode reads it back); the line is
+  // log-escaped without touching its quotes.
+  std::string prefix;
+  for (char c : core::wire_encode(slot.address)) {
+    if (c == ' ')
+      prefix += "%20";
+    else
+      prefix += c;
+  }
   std::string lines;
   auto emit = [&](std::string_view line) {
-    lines += slot.address;
+    lines += prefix;
     lines += ' ';
-    lines += line;
+    core::append_log_escaped(lines, line, false);
     lines += '\n';
   };
   while (!data.empty()) {
@@ -839,7 +891,7 @@ nlohmann::json Manager::state() const {
   nlohmann::json out = nlohmann::json::object();
   for (const auto& [address, slot] : slots_) {
     auto e = entry_of(*slot);
-    if (!e.is_null()) out[address] = std::move(e);
+    if (!e.is_null()) out[core::wire_encode(address)] = std::move(e);
   }
   return out;
 }

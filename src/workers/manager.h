@@ -27,7 +27,12 @@
 //  * close(done): cancels queued starts (their waiters get an error), stops every worker; exits
 //    during close are never failures; `done` runs once no child is left.
 //
-// Output: stdout/stderr lines are appended to <state>/logs/<kind>.log as "<address> <line>", and
+// Addresses are bytes (anything a route's percent-decoding yields): the API takes and gives them
+// raw, state() keys them by their wire form (core::wire_encode), and so does every message and
+// environment variable a worker gets (docs/worker-protocol.md).
+//
+// Output: stdout/stderr lines are appended to <state>/logs/<kind>.log as "<address> <line>" (the
+// address in its wire form with spaces as %20, the line log-escaped), and
 // the last 64 KiB of stderr are kept per address (while the address has an entry).
 //
 // Lifetime: one Manager per supervisor, destroyed before its loop; its destructor SIGKILLs and
@@ -91,6 +96,9 @@ using ChangeCallback = std::function<void(const std::string& address, const nloh
 
 // Percent-encodes everything but [A-Za-z0-9._-]: a file name for an address ("doc%3A42").
 std::string encode_address(std::string_view address);
+// The name of the address's lock in <state>/locks (core::bounded_file_name, ".lock"), at most
+// 205 bytes; a socket in <state>/sockets has the same bounded name, cut to fit sun_path.
+std::string lock_file_name(std::string_view address);
 
 class Manager {
  public:
@@ -118,8 +126,8 @@ class Manager {
   bool resume(const std::string& address);
   void close(std::function<void()> done);
 
-  // {address: {status: starting|running|stopping, pid, startedAt} | {status: failed, error, at}};
-  // a suspended address has `suspended: true` (and `status: suspended` with no worker).
+  // {wire address: {status: starting|running|stopping, pid, startedAt} | {status: failed, error,
+  // at}}; a suspended address has `suspended: true` (and `status: suspended` with no worker).
   nlohmann::json state() const;
   nlohmann::json entry(const std::string& address) const;  // null: no entry
   std::string stderr_tail(const std::string& address) const;

@@ -357,3 +357,29 @@ def test_address_with_slashes_stays_in_the_data_dir(managers, tmp_path):
     assert m.wait_exit() == 0
     assert m.count_file() == 1
     assert os.listdir(os.path.join(m.state_dir, "data")) == ["doc%3A..%2F..%2Fescape.count"]
+
+
+def test_address_arrives_in_its_wire_form_and_is_decoded(managers, tmp_path):
+    """An address is bytes; `start` and CORRAL_ADDRESS carry its wire form (docs/worker-protocol.md:
+    '%', invalid UTF-8 and control bytes as %XX). The worker decodes it: its data file is named
+    after the bytes (each byte but [A-Za-z0-9._-] as %XX), and /start answers the wire form back."""
+    wire = "doc:%FF%0D%0A50%25 x\u00e9"
+    m = managers(address=wire).start_ready()
+    status, body = m.request("GET", "/start")
+    assert status == 200 and json.loads(body)["address"] == wire, body
+    assert m.request("POST", "/inc") == (200, "1\n")
+    m.send({"type": "shutdown"})
+    assert m.wait_exit() == 0
+    assert os.listdir(os.path.join(m.state_dir, "data")) == [
+        "doc%3A%FF%0D%0A50%25%20x%C3%A9.count"]
+
+
+def test_long_address_gets_a_bounded_data_file(managers, tmp_path):
+    wire = "doc:" + "%FF" * 250
+    m = managers(address=wire, lock=os.path.join(str(tmp_path), "long.lock")).start_ready()
+    assert m.request("POST", "/inc") == (200, "1\n")
+    m.send({"type": "shutdown"})
+    assert m.wait_exit() == 0
+    names = os.listdir(os.path.join(m.state_dir, "data"))
+    assert len(names) == 1 and len(names[0]) <= 206 and "~" in names[0], names
+    assert names[0].startswith("doc%3A%FF%FF"), names
