@@ -8,9 +8,11 @@
 
 namespace corral::cli {
 
-http::Response error_response(int status, const nlohmann::json& error) {
+http::Response error_response(int status, const nlohmann::json& error, uint32_t retry_after_s) {
   nlohmann::json e = error.is_object() ? error : nlohmann::json{{"message", "unavailable"}};
-  return http::Response::json({{"error", e}}, status);
+  auto r = http::Response::json({{"error", e}}, status);
+  if (retry_after_s > 0) r.header("Retry-After", std::to_string(retry_after_s));
+  return r;
 }
 
 LinkResolver::LinkResolver(core::EventLoop& loop, core::UniqueFd fd)
@@ -33,7 +35,8 @@ LinkResolver::LinkResolver(core::EventLoop& loop, core::UniqueFd fd)
       cache_[address] = {path, loop_.now() + kCacheMs};
       answer(std::move(path), std::nullopt);
     } else {
-      answer({}, error_response(m.value("status", 503), m.value("error", nlohmann::json())));
+      answer({}, error_response(m.value("status", 503), m.value("error", nlohmann::json()),
+                                m.value("retryAfter", uint32_t{0})));
     }
   };
   link_.on_closed = [this] {
@@ -109,6 +112,7 @@ std::vector<workers::KindConfig> kind_configs(const std::vector<WorkerKind>& kin
     c.idle_ms = k.idle_ms;
     c.start_timeout_ms = k.start_timeout_ms;
     c.stop_grace_ms = k.stop_grace_ms;
+    c.max_workers = k.max_workers;
     out.push_back(std::move(c));
   }
   return out;
@@ -164,9 +168,10 @@ void serve_link(core::MessageLink& link, workers::Manager** manager, int slot,
         st->link->send(
             nlohmann::json{{"type", "resolved"}, {"id", id}, {"socket", r.socket_path}}.dump());
       } else {
-        st->link->send(nlohmann::json{
-            {"type", "refused"}, {"id", id}, {"status", r.status}, {"error", r.error}}
-                           .dump());
+        nlohmann::json refused = {
+            {"type", "refused"}, {"id", id}, {"status", r.status}, {"error", r.error}};
+        if (r.retry_after_s > 0) refused["retryAfter"] = r.retry_after_s;
+        st->link->send(refused.dump());
       }
     };
     if (!*manager) {
