@@ -508,8 +508,10 @@ void Manager::unqueue(Slot& slot) {
   }
 }
 
-// Starts the queued starts that fit, oldest first. A start waiting for an exit keeps its place
-// (and counts against max_starting); the first that does not fit in max_starting ends the round.
+// Starts the queued starts that fit, oldest first. A start over max_workers first makes room
+// (it then waits for that exit, keeping its place); at most max_starting wait so at once. The
+// first start that finds no place of its kind (a start place, or a place to wait for an exit)
+// ends the round: nothing overtakes it.
 void Manager::pump() {
   if (pumping_) {  // a watcher called back into the manager: one more round after this one
     pump_again_ = true;
@@ -521,23 +523,32 @@ void Manager::pump() {
     for (auto it = queue_.begin(); it != queue_.end() && !closing_;) {
       Slot& slot = **it++;  // advanced first: the slot may leave the queue (and go) below
       if (slot.awaiting) continue;
-      if (starting_ + awaiting_exit_ >= options_.max_starting) break;
-      if (!make_room(slot)) continue;
-      unqueue(slot);
-      start(slot);
+      if (has_room(slot)) {
+        if (starting_ >= options_.max_starting) break;
+        unqueue(slot);
+        start(slot);
+      } else {
+        if (awaiting_exit_ >= options_.max_starting) break;
+        make_room(slot);
+      }
     }
   } while (pump_again_);
   pumping_ = false;
 }
 
-// True when `slot`'s kind and the total are under max_workers. Otherwise the start waits for a
-// stop already under way or stops the longest-idle worker (false either way), or, with neither,
-// is refused with 503 and leaves the queue (false).
-bool Manager::make_room(Slot& slot) {
+// Whether `slot`'s kind and the total are under max_workers.
+bool Manager::has_room(const Slot& slot) const {
+  const Kind& kind = *slot.kind;
+  return live_by_kind_[kind.index] < kind.config.max_workers &&
+         workers_live_ < options_.max_workers;
+}
+
+// For a start over max_workers: it waits for a stop already under way or stops the longest-idle
+// worker, or, with neither, is refused with 503 and leaves the queue.
+void Manager::make_room(Slot& slot) {
   const Kind& kind = *slot.kind;
   size_t kind_live = live_by_kind_[kind.index];
   bool kind_full = kind_live >= kind.config.max_workers;
-  if (!kind_full && workers_live_ < options_.max_workers) return true;
   const Kind* of = kind_full ? &kind : nullptr;  // a worker of its own kind frees both bounds
   Worker* w = room_from(of, /*stopping=*/true);
   if (!w && (w = room_from(of, /*stopping=*/false))) {
@@ -550,7 +561,7 @@ bool Manager::make_room(Slot& slot) {
     w->claimed_by = &slot;
     slot.awaiting = w;
     ++awaiting_exit_;
-    return false;
+    return;
   }
   log_.warn("worker_limit",
             "address=\"{}\" live={} max_workers={} kind_live={} kind_max_workers={} bound={} "
@@ -561,7 +572,6 @@ bool Manager::make_room(Slot& slot) {
   unqueue(slot);
   answer(slot, {{}, 503, public_error("Too many workers.", "worker_limit"), kRetryAfterS});
   settle(slot);
-  return false;
 }
 
 // A worker whose exit would make room (of `kind`, or any when null) and that no other start

@@ -31,9 +31,9 @@
 //    all. A start over either bound queues, in order (the address's state is `queued`). A queued
 //    start that needs a worker slot takes a stop already under way, else stops the longest-idle
 //    worker (of its kind when the kind is full; `worker_evicted`) and waits for that exit; with
-//    none idle its waiters get 503 `worker_limit` with Retry-After. A queued start and a start
-//    waiting for an evicted worker's exit together use at most max_starting places, so a burst
-//    never stops more workers than it can start. A start queued for the kind's start_timeout
+//    none idle its waiters get 503 `worker_limit` with Retry-After. At most max_starting starts
+//    wait for such an exit at once, so a burst stops at most that many workers at a time (and
+//    the stops overlap the starts). A start queued for the kind's start_timeout
 //    while no start finished and no worker exited gets 503 `start_limit`. A cancelled queued
 //    start (stop, suspend, close) leaves no entry.
 //
@@ -185,7 +185,8 @@ class Manager {
   void enqueue(Slot& slot);
   void unqueue(Slot& slot);
   void pump();
-  bool make_room(Slot& slot);
+  bool has_room(const Slot& slot) const;
+  void make_room(Slot& slot);
   Worker* room_from(const Kind* kind, bool stopping);
   void expire_queued();
   void begin_stop(Worker& w, std::string_view why);
