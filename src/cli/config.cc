@@ -177,6 +177,20 @@ ConfigErrors load_config(const std::string& path, Config& c) {
     if (auto* kinds = node->as_table()) {
       for (const auto& [name, kind_node] : *kinds) {
         std::string prefix = "workers." + std::string(name.str()) + ".";
+        // The bounds of all kinds together sit beside the kinds' tables.
+        if (name.str() == "max_workers" || name.str() == "max_starting") {
+          if (kind_node.is_table()) {
+            errors.problems.push_back(prefix.substr(0, prefix.size() - 1) +
+                                      ": a worker kind may not have this name (it is the bound "
+                                      "of all kinds, an integer)");
+          } else {
+            auto& out = name.str() == "max_workers" ? c.worker_bounds.max_workers
+                                                    : c.worker_bounds.max_starting;
+            r.integer(*kinds, "workers.", std::string(name.str()).c_str(), out, 1,
+                      name.str() == "max_workers" ? 1'000'000 : 10'000);
+          }
+          continue;
+        }
         auto* t = kind_node.as_table();
         if (!t) {
           errors.problems.push_back(prefix.substr(0, prefix.size() - 1) + ": expected a table");
@@ -190,8 +204,9 @@ ConfigErrors load_config(const std::string& path, Config& c) {
         if (!name_ok)
           errors.problems.push_back(prefix.substr(0, prefix.size() - 1) +
                                     ": a kind name is letters, digits, '-' and '_'");
-        r.check_unknown(*t, prefix,
-                        {"command", "env", "routes", "idle", "start_timeout", "stop_grace"});
+        r.check_unknown(
+            *t, prefix,
+            {"command", "env", "routes", "idle", "start_timeout", "stop_grace", "max_workers"});
         auto strings = [&](const char* key, std::vector<std::string>& out) {
           auto* n = t->get(key);
           if (!n) return;
@@ -248,6 +263,7 @@ ConfigErrors load_config(const std::string& path, Config& c) {
         duration("idle", k.idle_ms);
         duration("start_timeout", k.start_timeout_ms);
         duration("stop_grace", k.stop_grace_ms);
+        r.integer(*t, prefix, "max_workers", k.max_workers, 1, 1'000'000);
         c.workers.push_back(std::move(k));
       }
     } else {

@@ -26,6 +26,14 @@ struct WorkerKind {
   uint32_t idle_ms = 300'000;
   uint32_t start_timeout_ms = 60'000;
   uint32_t stop_grace_ms = 5'000;
+  uint32_t max_workers = 0;  // live workers of this kind; 0: only the global bound
+};
+
+// [workers] max_workers, max_starting: the bounds of every kind together (0: the machine's
+// defaults, workers::default_max_workers() and default_max_starting(); see process-model.md).
+struct WorkerBounds {
+  uint32_t max_workers = 0;
+  uint32_t max_starting = 0;
 };
 
 // [tls]: HTTPS on TCP. An empty listen: no TLS listener. Empty cert and key: the dev certificate
@@ -55,6 +63,7 @@ struct Config {
   std::vector<std::string> relays;
   http::ServerOptions server;
   std::vector<WorkerKind> workers;
+  WorkerBounds worker_bounds;
   std::string state_dir;  // empty: $XDG_STATE_HOME/corral or ./.corral
   TlsConfig tls;
   Http3Config http3;

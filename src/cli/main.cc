@@ -520,6 +520,8 @@ int serve(const Flags& flags) {
       workers::ManagerOptions mo;
       mo.state_dir = dir.value();
       mo.kinds = cli::kind_configs(prepared->config.workers);
+      mo.max_workers = prepared->config.worker_bounds.max_workers;
+      mo.max_starting = prepared->config.worker_bounds.max_starting;
       auto m = workers::Manager::create(loop, log, std::move(mo), nullptr);
       if (!m) {
         log.error("workers_failed", "error=\"{}\"", m.error().reason);

@@ -44,9 +44,11 @@ void guarded(std::string_view where, F&& f) {
 
 }  // namespace
 
-http::Response error_response(int status, const nlohmann::json& error) {
+http::Response error_response(int status, const nlohmann::json& error, uint32_t retry_after_s) {
   nlohmann::json e = error.is_object() ? error : nlohmann::json{{"message", "unavailable"}};
-  return http::Response::json({{"error", e}}, status);
+  auto r = http::Response::json({{"error", e}}, status);
+  if (retry_after_s > 0) r.header("Retry-After", std::to_string(retry_after_s));
+  return r;
 }
 
 LinkResolver::LinkResolver(core::EventLoop& loop, core::UniqueFd fd)
@@ -82,9 +84,13 @@ void LinkResolver::on_message(std::string_view message) {
   } else {
     auto status = m.find("status");
     auto error = m.find("error");
+    auto retry_after = m.find("retryAfter");
     answer({}, error_response(
                    status != m.end() && status->is_number_integer() ? status->get<int>() : 503,
-                   error != m.end() ? *error : nlohmann::json()));
+                   error != m.end() ? *error : nlohmann::json(),
+                   retry_after != m.end() && retry_after->is_number_unsigned()
+                       ? retry_after->get<uint32_t>()
+                       : 0));
   }
 }
 
@@ -155,6 +161,7 @@ std::vector<workers::KindConfig> kind_configs(const std::vector<WorkerKind>& kin
     c.idle_ms = k.idle_ms;
     c.start_timeout_ms = k.start_timeout_ms;
     c.stop_grace_ms = k.stop_grace_ms;
+    c.max_workers = k.max_workers;
     out.push_back(std::move(c));
   }
   return out;
@@ -217,9 +224,10 @@ void serve_link(core::MessageLink& link, workers::Manager** manager, int slot,
               nlohmann::json{{"type", "resolved"}, {"id", id}, {"socket", r.socket_path}}.dump(
                   -1, ' ', false, kReplace));
         } else {
-          st->link->send(nlohmann::json{
-              {"type", "refused"}, {"id", id}, {"status", r.status}, {"error", r.error}}
-                             .dump(-1, ' ', false, kReplace));
+          nlohmann::json refused = {
+              {"type", "refused"}, {"id", id}, {"status", r.status}, {"error", r.error}};
+          if (r.retry_after_s > 0) refused["retryAfter"] = r.retry_after_s;
+          st->link->send(refused.dump(-1, ' ', false, kReplace));
         }
       };
       if (!decoded) {

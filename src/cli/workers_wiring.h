@@ -12,6 +12,7 @@
 //                         GET /processes; each report's keys replace the same keys of the last)
 //   supervisor -> server  {"type":"resolved","id":N,"socket":"/state/sockets/doc%3A42.sock"}
 //                         {"type":"refused","id":N,"status":503,"error":{"message":...}}
+//                         (with "retryAfter":S when a bound refused it: Retry-After: S)
 //                         {"type":"forget","address":"doc:42"}  (an address this process was
 //                         given stopped being a running, unsuspended worker: drop its cached
 //                         socket)
@@ -87,7 +88,8 @@ struct ProcessReports {
 void serve_link(core::MessageLink& link, workers::Manager** manager, int slot = -1,
                 std::shared_ptr<ProcessReports> reports = nullptr);
 
-// A refusal as the client sees it: the status and {"error":{message, code?, reason?}}.
-http::Response error_response(int status, const nlohmann::json& error);
+// A refusal as the client sees it: the status and {"error":{message, code?, reason?}}, with
+// Retry-After when `retry_after_s` > 0 (a bound was reached: the same request may work later).
+http::Response error_response(int status, const nlohmann::json& error, uint32_t retry_after_s = 0);
 
 }  // namespace corral::cli

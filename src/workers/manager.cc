@@ -1,7 +1,9 @@
 #include "workers/manager.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -47,6 +49,44 @@ std::optional<std::string> dump_message(core::Logger& log, const nlohmann::json&
 // JSON for the log only (lossy is fine there): never throws.
 core::Verbatim log_json(const nlohmann::json& j) {
   return {j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
+}
+
+// What a start refused by the bounds tells the client: try again in a second (a worker slot frees
+// as soon as one of the running workers goes idle or exits).
+constexpr uint32_t kRetryAfterS = 1;
+constexpr size_t kDefaultMaxWorkers = 1024;
+
+// The first line of a small file as an unsigned number; nullopt when absent or not a number
+// ("max" in a cgroup file).
+std::optional<uint64_t> read_number(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  char buf[64];
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return std::nullopt;
+  buf[n] = '\0';
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long v = strtoull(buf, &end, 10);
+  if (end == buf || errno != 0 || (*end != '\n' && *end != '\0')) return std::nullopt;
+  return static_cast<uint64_t>(v);
+}
+
+// This process's cgroup v2 directory ("0::/path" in /proc/self/cgroup); empty when unknown.
+std::string cgroup_dir() {
+  FILE* f = fopen("/proc/self/cgroup", "re");
+  if (!f) return {};
+  char line[4096];
+  std::string dir;
+  while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, "0::", 3) != 0) continue;
+    dir = line + 3;
+    while (!dir.empty() && dir.back() == '\n') dir.pop_back();
+    break;
+  }
+  fclose(f);
+  return dir.empty() ? std::string() : "/sys/fs/cgroup" + dir;
 }
 
 // Whether `pid` is on its way out (the kernel's PF_EXITING in /proc/PID/stat's flags): killed or
@@ -127,6 +167,34 @@ std::string lock_file_name(std::string_view address) {
   return core::bounded_file_name(address, kMaxLockName) + ".lock";
 }
 
+size_t default_max_starting() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+  if (cpus <= 0) cpus = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  return 2 * static_cast<size_t>(cpus);
+}
+
+DefaultBound default_max_workers() {
+  DefaultBound b{kDefaultMaxWorkers, "the default cap"};
+  auto consider = [&b](uint64_t value, std::string basis) {
+    size_t v = static_cast<size_t>(std::max<uint64_t>(1, value));
+    if (v < b.value) b = {v, std::move(basis)};
+  };
+  struct rlimit r;
+  if (getrlimit(RLIMIT_NPROC, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
+    consider(r.rlim_cur / 4, fmt::format("RLIMIT_NPROC {} / 4", r.rlim_cur));
+  if (auto pid_max = read_number("/proc/sys/kernel/pid_max"))
+    consider(*pid_max / 4, fmt::format("kernel.pid_max {} / 4", *pid_max));
+  if (std::string dir = cgroup_dir(); !dir.empty())
+    if (auto pids = read_number(dir + "/pids.max"))
+      consider(*pids / 4, fmt::format("{}/pids.max {} / 4", dir, *pids));
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
+    consider(r.rlim_cur > 64 ? (r.rlim_cur - 64) / 5 : 1,
+             fmt::format("(RLIMIT_NOFILE {} - 64) / 5", r.rlim_cur));
+  return b;
+}
+
 struct Manager::Kind {
   struct Segment {
     bool param = false;
@@ -138,6 +206,7 @@ struct Manager::Kind {
   };
   KindConfig config;
   std::vector<Route> routes;
+  size_t index = 0;  // in kinds_ (and live_by_kind_)
 };
 
 struct Manager::OutputReader final : core::IoHandler {
@@ -185,6 +254,10 @@ struct Manager::Worker final : core::IoHandler {
   bool ready = false;
   bool idle = false;
   uint64_t idle_since = 0;
+  uint64_t ready_at = 0;
+  bool served = false;           // reported busy at least once since `ready`
+  bool counts_starting = false;  // counted in starting_ (until `ready` or the exit)
+  Slot* claimed_by = nullptr;    // a queued start waiting for this worker's exit
   bool stopping = false;
   bool stop_after_started = false;  // a stop asked during the start runs at `started`
   std::string failure_log;          // the full error, logged at the exit with the stderr tail
@@ -198,7 +271,12 @@ struct Manager::Slot {
   std::unique_ptr<Worker> worker;        // the live child, if any
   std::vector<ResolveCallback> waiters;  // for the current start, or for the queued one
   bool start_queued = false;             // a start waits for the current worker's exit
-  nlohmann::json failed;                 // the public error; null unless failed
+  bool queued = false;                   // in queue_: a start waits for the bounds
+  std::list<Slot*>::iterator queue_pos;  // where, when queued
+  uint64_t queued_ms = 0;
+  time_t queued_at = 0;
+  Worker* awaiting = nullptr;  // the stopping worker whose exit makes room for this start
+  nlohmann::json failed;       // the public error; null unless failed
   time_t failed_at = 0;
   bool suspended = false;
   std::string tail;  // the last stderr bytes
@@ -276,7 +354,9 @@ core::Result<std::unique_ptr<Manager>> Manager::create(core::EventLoop& loop, co
                                        "\" has no {param} to make the address's key"};
       kind->routes.push_back(std::move(route));
     }
+    if (cfg.max_workers == 0) cfg.max_workers = SIZE_MAX;
     kind->config = std::move(cfg);
+    kind->index = kinds.size();
     kinds.push_back(std::move(kind));
   }
   // A worker's socket path must fit sun_path (108 bytes with its NUL): long addresses get a
@@ -296,7 +376,17 @@ core::Result<std::unique_ptr<Manager>> Manager::create(core::EventLoop& loop, co
   }
   if (!launcher) launcher = std::make_unique<ProcessLauncher>();
   options.kinds.clear();
+  std::string basis = "configured";
+  if (options.max_starting == 0) options.max_starting = default_max_starting();
+  if (options.max_workers == 0) {
+    auto bound = default_max_workers();
+    options.max_workers = bound.value;
+    basis = std::move(bound.basis);
+  }
+  log.info("workers_bounds", "max_starting={} max_workers={} basis=\"{}\"", options.max_starting,
+           options.max_workers, basis);
   std::unique_ptr<Manager> m(new Manager(loop, log, std::move(options), std::move(launcher)));
+  m->live_by_kind_.assign(kinds.size(), 0);
   m->kinds_ = std::move(kinds);
   return m;
 }
@@ -428,8 +518,141 @@ void Manager::resolve(const std::string& address, ResolveCallback cb) {
     slots_.emplace(address, std::move(s));
   }
   slot->waiters.push_back(std::move(cb));
-  if (!slot->worker) return start(*slot);
-  if (slot->worker->stopping) slot->start_queued = true;  // a start waits for the exit
+  if (slot->worker) {
+    if (slot->worker->stopping) slot->start_queued = true;  // a start waits for the exit
+    return;
+  }
+  if (slot->queued) return;
+  enqueue(*slot);
+  std::string key = slot->address;  // pump() may answer the start and erase the slot
+  pump();
+  if (Slot* s = find(key); s && s->queued) changed(*s);
+}
+
+void Manager::enqueue(Slot& slot) {
+  slot.queued = true;
+  slot.queued_ms = loop_.now();
+  slot.queued_at = loop_.wall_seconds();
+  slot.queue_pos = queue_.insert(queue_.end(), &slot);
+}
+
+void Manager::unqueue(Slot& slot) {
+  if (!slot.queued) return;
+  queue_.erase(slot.queue_pos);
+  slot.queued = false;
+  if (Worker* w = std::exchange(slot.awaiting, nullptr)) {
+    w->claimed_by = nullptr;
+    --awaiting_exit_;
+  }
+}
+
+// Starts the queued starts that fit, oldest first. A start over max_workers first makes room
+// (it then waits for that exit, keeping its place); at most max_starting wait so at once. The
+// first start that finds no place of its kind (a start place, or a place to wait for an exit)
+// ends the round: nothing overtakes it.
+void Manager::pump() {
+  if (pumping_) {  // a watcher called back into the manager: one more round after this one
+    pump_again_ = true;
+    return;
+  }
+  pumping_ = true;
+  do {
+    pump_again_ = false;
+    for (auto it = queue_.begin(); it != queue_.end() && !closing_;) {
+      Slot& slot = **it++;  // advanced first: the slot may leave the queue (and go) below
+      if (slot.awaiting) continue;
+      if (has_room(slot)) {
+        if (starting_ >= options_.max_starting) break;
+        unqueue(slot);
+        start(slot);
+      } else {
+        if (awaiting_exit_ >= options_.max_starting) break;
+        make_room(slot);
+      }
+    }
+  } while (pump_again_);
+  pumping_ = false;
+}
+
+// Whether `slot`'s kind and the total are under max_workers.
+bool Manager::has_room(const Slot& slot) const {
+  const Kind& kind = *slot.kind;
+  return live_by_kind_[kind.index] < kind.config.max_workers &&
+         workers_live_ < options_.max_workers;
+}
+
+// For a start over max_workers: it waits for a stop already under way or stops the longest-idle
+// worker, or, with neither, is refused with 503 and leaves the queue.
+void Manager::make_room(Slot& slot) {
+  const Kind& kind = *slot.kind;
+  size_t kind_live = live_by_kind_[kind.index];
+  bool kind_full = kind_live >= kind.config.max_workers;
+  const Kind* of = kind_full ? &kind : nullptr;  // a worker of its own kind frees both bounds
+  Worker* w = room_from(of, /*stopping=*/true);
+  if (!w && (w = room_from(of, /*stopping=*/false))) {
+    log_.info("worker_evicted", "address=\"{}\" pid={} idle_ms={} for=\"{}\" bound={}",
+              w->slot->address, w->pid, loop_.now() - w->idle_since, slot.address,
+              kind_full ? "kind" : "all");
+    begin_stop(*w, "evicted");
+  }
+  if (w) {
+    w->claimed_by = &slot;
+    slot.awaiting = w;
+    ++awaiting_exit_;
+    return;
+  }
+  log_.warn("worker_limit",
+            "address=\"{}\" live={} max_workers={} kind_live={} kind_max_workers={} bound={} "
+            "reason=\"no idle worker to stop\"",
+            slot.address, workers_live_, options_.max_workers, kind_live,
+            kind.config.max_workers == SIZE_MAX ? 0 : kind.config.max_workers,
+            kind_full ? "kind" : "all");
+  unqueue(slot);
+  answer(slot, {{}, 503, public_error("Too many workers.", "worker_limit"), kRetryAfterS});
+  settle(slot);
+}
+
+// A worker whose exit would make room (of `kind`, or any when null) and that no other start
+// waits for: one already stopping, or (stopping false) the longest-idle one that may be stopped.
+Manager::Worker* Manager::room_from(const Kind* kind, bool stopping) {
+  const uint64_t now = loop_.now();
+  Worker* best = nullptr;
+  for (auto& [address, s] : slots_) {
+    Worker* w = s->worker.get();
+    if (!w || w->claimed_by || (kind && s->kind != kind)) continue;
+    if (stopping) {
+      if (w->stopping) return w;
+      continue;
+    }
+    if (!w->ready || w->stopping || w->stop_after_started || !w->idle) continue;
+    if (!w->served && now - w->ready_at < options_.evict_grace_ms) continue;
+    if (!best || w->idle_since < best->idle_since) best = w;
+  }
+  return best;
+}
+
+// A start queued longer than its kind's start_timeout while the queue did not move for as long
+// is refused: the start slots are held by starts that do not finish (a burst that moves, however
+// long, is not refused).
+void Manager::expire_queued() {
+  const uint64_t now = loop_.now();
+  std::vector<Slot*> due;
+  for (Slot* s : queue_) {
+    uint64_t t = s->kind->config.start_timeout_ms;
+    if (!s->awaiting && now - s->queued_ms >= t && now - progress_ms_ >= t) due.push_back(s);
+  }
+  for (Slot* s : due) {
+    log_.warn("worker_limit",
+              "address=\"{}\" starting={} max_starting={} queued={} reason=\"queued, and no "
+              "start finished, for start_timeout ({} ms)\"",
+              s->address, starting_, options_.max_starting, queue_.size(),
+              s->kind->config.start_timeout_ms);
+    unqueue(*s);
+    answer(*s,
+           {{}, 503, public_error("Too many workers are starting.", "start_limit"), kRetryAfterS});
+    settle(*s);
+  }
+  if (!due.empty()) pump();
 }
 
 void Manager::answer(Slot& slot, const Resolution& r) {
@@ -493,6 +716,9 @@ void Manager::start(Slot& slot) {
   w->start_timer.arm_after(cfg.start_timeout_ms);
   slot.worker = std::move(w);
   ++workers_live_;
+  ++live_by_kind_[slot.kind->index];
+  ++starting_;
+  wp->counts_starting = true;
   arm_idle_check();
   log_.info("worker_starting", "address=\"{}\" pid={}", slot.address, wp->pid);
   nlohmann::json msg = {{"type", "start"},
@@ -554,13 +780,20 @@ void Manager::on_message(Worker& w, const nlohmann::json& msg) {
     if (w.ready || w.stopping) return;
     w.ready = true;
     w.idle = idle_of();
-    w.idle_since = loop_.now();
+    w.served = !w.idle;
+    w.idle_since = w.ready_at = loop_.now();
     log_.info("worker_ready", "address=\"{}\" pid={} idle={}", slot.address, w.pid, w.idle);
     answer(slot, {slot.socket_path, 200, nullptr});
     changed(slot);
+    if (std::exchange(w.counts_starting, false)) {
+      --starting_;
+      progress_ms_ = loop_.now();
+      pump();
+    }
   } else if (type == "idle") {
     bool idle = idle_of();
     if (idle && !w.idle) w.idle_since = loop_.now();
+    if (!idle) w.served = true;
     w.idle = idle;
   } else if (type == "fatal") {
     auto it = msg.find("error");
@@ -677,6 +910,13 @@ void Manager::on_exit(Worker& w) {
   std::string failure = std::move(w.failure_log);
   loop_.destroy_later(std::move(slot.worker));
   --workers_live_;
+  --live_by_kind_[slot.kind->index];
+  if (w.counts_starting) --starting_;
+  progress_ms_ = loop_.now();
+  if (Slot* claimer = std::exchange(w.claimed_by, nullptr)) {  // its room is there now
+    claimer->awaiting = nullptr;
+    --awaiting_exit_;
+  }
   remove_socket(slot);
   if (!failure.empty()) {
     log_.error("worker_failed",
@@ -688,10 +928,11 @@ void Manager::on_exit(Worker& w) {
   }
   if (slot.start_queued) {
     slot.start_queued = false;
-    if (!slot.waiters.empty()) start(slot);  // fail() above answered them if it crashed
+    if (!slot.waiters.empty()) enqueue(slot);  // fail() above answered them if it crashed
   }
   if (closing_ && workers_live_ == 0) finish_close();
   settle(slot);
+  pump();  // a worker slot, and perhaps a start slot, is free
 }
 
 void Manager::on_output(Worker& w, bool is_err, std::string_view data, bool eof) {
@@ -762,7 +1003,8 @@ int Manager::log_fd(const Kind& kind) {
 }
 
 void Manager::arm_idle_check() {
-  if (workers_live_ > 0 && !idle_check_.armed()) idle_check_.arm_after(options_.idle_check_ms);
+  if ((workers_live_ > 0 || !queue_.empty()) && !idle_check_.armed())
+    idle_check_.arm_after(options_.idle_check_ms);
 }
 
 void Manager::check_idle() {
@@ -777,6 +1019,7 @@ void Manager::check_idle() {
       due.push_back(w);
   }
   for (Worker* w : due) begin_stop(*w, "idle");
+  expire_queued();
 }
 
 bool Manager::retry(const std::string& address) {
@@ -794,8 +1037,9 @@ bool Manager::stop(const std::string& address) {
   Slot* slot = find(address);
   if (!slot) return false;
   bool acted = false;
-  if (slot->start_queued) {  // the queued start is cancelled; its waiters are told
+  if (slot->start_queued || slot->queued) {  // the queued start is cancelled; its waiters are told
     slot->start_queued = false;
+    unqueue(*slot);
     answer(*slot, {{}, 503, public_error("The worker was stopped.", "stopped")});
     acted = true;
   }
@@ -807,6 +1051,7 @@ bool Manager::stop(const std::string& address) {
       begin_stop(*w, "stop");
   }
   if (acted) settle(*slot);
+  if (acted) pump();  // a cancelled start may have held a place
   return acted;
 }
 
@@ -823,9 +1068,11 @@ bool Manager::suspend(const std::string& address) {
   }
   slot->suspended = true;
   slot->start_queued = false;
+  unqueue(*slot);
   answer(*slot, {{}, 503, public_error("The worker is suspended.", "suspended")});
   log_.info("worker_suspended", "address=\"{}\"", address);
   settle(*slot);
+  pump();
   return true;
 }
 
@@ -851,6 +1098,7 @@ void Manager::close(std::function<void()> done) {
   // Queued and waiting starts first: nothing forks after this.
   for (Slot* slot : slots) {
     slot->start_queued = false;
+    unqueue(*slot);
     answer(*slot, {{}, 503, public_error("The server is closing.", "closing")});
   }
   for (Slot* slot : slots) {
@@ -880,6 +1128,8 @@ nlohmann::json Manager::entry_of(const Slot& slot) const {
                                 : "starting"},
          {"pid", w->pid},
          {"startedAt", iso8601(w->started_at)}};
+  } else if (slot.queued) {
+    e = {{"status", "queued"}, {"queuedAt", iso8601(slot.queued_at)}};
   } else if (slot.suspended) {
     e = {{"status", "suspended"}};
   }
@@ -921,8 +1171,8 @@ void Manager::emit(const std::string& address, const nlohmann::json& e) {
 
 void Manager::settle(Slot& slot) {
   changed(slot);
-  if (slot.worker || !slot.waiters.empty() || slot.start_queued || !slot.failed.is_null() ||
-      slot.suspended)
+  if (slot.worker || !slot.waiters.empty() || slot.start_queued || slot.queued ||
+      !slot.failed.is_null() || slot.suspended)
     return;
   std::string key = slot.address;
   slots_.erase(key);  // destroys `slot`; its last emitted entry was null

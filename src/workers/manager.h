@@ -26,6 +26,16 @@
 //    kLinkCheckMs later: a dying child closes its fds a moment before its pidfd reports the exit.
 //  * close(done): cancels queued starts (their waiters get an error), stops every worker; exits
 //    during close are never failures; `done` runs once no child is left.
+//  * bounds (issue 11): at most max_starting workers between fork and `ready` (or exit) at once,
+//    and at most max_workers live worker processes (starting, running or stopping) per kind and in
+//    all. A start over either bound queues, in order (the address's state is `queued`). A queued
+//    start that needs a worker slot takes a stop already under way, else stops the longest-idle
+//    worker (of its kind when the kind is full; `worker_evicted`) and waits for that exit; with
+//    none idle its waiters get 503 `worker_limit` with Retry-After. At most max_starting starts
+//    wait for such an exit at once, so a burst stops at most that many workers at a time (and
+//    the stops overlap the starts). A start queued for the kind's start_timeout
+//    while no start finished and no worker exited gets 503 `start_limit`. A cancelled queued
+//    start (stop, suspend, close) leaves no entry.
 //
 // Addresses are bytes (anything a route's percent-decoding yields): the API takes and gives them
 // raw, state() keys them by their wire form (core::wire_encode), and so does every message and
@@ -43,6 +53,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -67,6 +78,7 @@ struct KindConfig {
   uint32_t idle_ms = 300'000;
   uint32_t start_timeout_ms = 60'000;
   uint32_t stop_grace_ms = 5'000;
+  size_t max_workers = 0;  // live workers of this kind; 0: only the manager's bound
   // The start data, called before each start (on the loop; a throw fails the start).
   std::function<nlohmann::json(std::string_view address)> start_hook;
   // May `principal` (nullopt: anonymous) reach `address`? Refusal: 403 before anything starts.
@@ -80,13 +92,35 @@ struct ManagerOptions {
   uint32_t idle_check_ms = 1'000;
   uint32_t link_recovery_window_ms = 60'000;  // a second lost link within this fails the address
   size_t stderr_tail_bytes = 64 * 1024;
+  size_t max_starting = 0;  // workers between fork and `ready` at once; 0: default_max_starting()
+  size_t max_workers = 0;   // live workers in all; 0: default_max_workers()
+  // A worker that has served nothing since its `ready` is not stopped to make room for this long:
+  // the requests that waited for its start are on their way to it.
+  uint32_t evict_grace_ms = 1'000;
 };
+
+// 2 x the CPUs this process may run on (sched_getaffinity): a start is mostly CPU (exec, the
+// runtime's own start, the worker's setup), and twice the CPUs keeps them busy while some wait.
+size_t default_max_starting();
+
+// The default bound on live workers: 1024, or less where the machine allows fewer tasks. Each
+// worker is at least one task (a thread counts against every task limit) and 4 descriptors in
+// the supervisor (pidfd, control link, stdout, stderr), so the bound is the smallest of 1024, a
+// quarter of the tasks left to this user/cgroup/machine (RLIMIT_NPROC, the cgroup's pids.max,
+// kernel.pid_max: workers may have threads, and the rest of the machine needs some too) and
+// (RLIMIT_NOFILE - 64) / 5, at least 1. `basis` says which one decided.
+struct DefaultBound {
+  size_t value;
+  std::string basis;
+};
+DefaultBound default_max_workers();
 
 // What resolve() answers: the worker's socket, or a public error with its HTTP status.
 struct Resolution {
   std::string socket_path;  // set when ok()
-  int status = 200;         // 503 failed/suspended/closing, 404 unknown kind, 500 otherwise
+  int status = 200;         // 503 failed/suspended/closing/limits, 404 unknown kind, 500 otherwise
   nlohmann::json error;     // {message, code?, reason?}; null when ok()
+  uint32_t retry_after_s = 0;  // > 0: try again in this many seconds (a bound, not a failure)
   bool ok() const { return error.is_null(); }
 };
 using ResolveCallback = std::function<void(const Resolution&)>;
@@ -126,12 +160,17 @@ class Manager {
   bool resume(const std::string& address);
   void close(std::function<void()> done);
 
-  // {wire address: {status: starting|running|stopping, pid, startedAt} | {status: failed, error,
-  // at}}; a suspended address has `suspended: true` (and `status: suspended` with no worker).
+  // {wire address: {status: starting|running|stopping, pid, startedAt} | {status: failed, error, at}
+  //  | {status: queued, queuedAt}}; a suspended address has `suspended: true` (and
+  //  `status: suspended` with no worker).
   nlohmann::json state() const;
   nlohmann::json entry(const std::string& address) const;  // null: no entry
   std::string stderr_tail(const std::string& address) const;
   size_t live_workers() const { return workers_live_; }
+  size_t starting_workers() const { return starting_; }
+  size_t queued_starts() const { return queue_.size(); }
+  size_t max_starting() const { return options_.max_starting; }
+  size_t max_workers() const { return options_.max_workers; }
   bool closing() const { return closing_; }
 
   ChangeCallback on_change;  // every change, after the watchers
@@ -150,6 +189,14 @@ class Manager {
   Slot* find(const std::string& address);
   const Slot* find(const std::string& address) const;
   void start(Slot& slot);
+  // The bounds: a start joins the queue, pump() starts what fits, in order.
+  void enqueue(Slot& slot);
+  void unqueue(Slot& slot);
+  void pump();
+  bool has_room(const Slot& slot) const;
+  void make_room(Slot& slot);
+  Worker* room_from(const Kind* kind, bool stopping);
+  void expire_queued();
   void begin_stop(Worker& w, std::string_view why);
   void fail(Slot& slot, nlohmann::json public_error, std::string full);
   void answer(Slot& slot, const Resolution& r);
@@ -183,6 +230,12 @@ class Manager {
   std::map<uint64_t, ChangeCallback> watchers_;
   uint64_t next_watch_ = 1;
   size_t workers_live_ = 0;
+  std::vector<size_t> live_by_kind_;  // by Kind::index
+  size_t starting_ = 0;               // between fork and `ready` (or exit)
+  std::list<Slot*> queue_;            // starts waiting for the bounds, oldest first
+  size_t awaiting_exit_ = 0;          // queued starts that wait for a stopping worker's exit
+  uint64_t progress_ms_ = 0;          // the last `ready` of a start, or exit
+  bool pumping_ = false, pump_again_ = false;
   bool closing_ = false;
   std::function<void()> close_done_;
   core::Timer idle_check_;

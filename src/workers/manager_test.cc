@@ -20,17 +20,19 @@
 namespace corral::workers {
 namespace {
 
-// Counts forks; the real launcher does the work.
+// Counts forks (and records their addresses, in order); the real launcher does the work.
 class CountingLauncher final : public Launcher {
  public:
-  explicit CountingLauncher(int& count) : count_(count) {}
+  CountingLauncher(int& count, std::vector<std::string>& order) : count_(count), order_(order) {}
   core::Result<Launched> launch(const LaunchSpec& spec) override {
     ++count_;
+    order_.push_back(spec.address);
     return real_.launch(spec);
   }
 
  private:
   int& count_;
+  std::vector<std::string>& order_;
   ProcessLauncher real_;
 };
 
@@ -76,12 +78,12 @@ class ManagerTest : public ::testing::Test {
   }
 
   Manager& make(uint32_t idle_check_ms = 1'000, std::string state_dir = {}) {
-    ManagerOptions o;
+    ManagerOptions o = options_;
     o.state_dir = state_dir.empty() ? state_ : state_dir;
-    o.kinds = {kind_};
+    o.kinds.insert(o.kinds.begin(), kind_);
     o.idle_check_ms = idle_check_ms;
-    auto m =
-        Manager::create(loop_, *log_, std::move(o), std::make_unique<CountingLauncher>(forks_));
+    auto m = Manager::create(loop_, *log_, std::move(o),
+                             std::make_unique<CountingLauncher>(forks_, launched_));
     EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().reason);
     manager_ = std::move(m.value());
     manager_->on_change = [this](const std::string& a, const nlohmann::json& e) {
@@ -142,6 +144,8 @@ class ManagerTest : public ::testing::Test {
   std::map<std::string, nlohmann::json> data_;
   bool throw_in_hook_ = false;
   int forks_ = 0;
+  std::vector<std::string> launched_;  // the addresses forked, in order
+  ManagerOptions options_;             // the bounds (and more kinds) for make()
   std::unique_ptr<Manager> manager_;
   std::vector<std::pair<std::string, nlohmann::json>> changes_;
 };
@@ -557,6 +561,7 @@ TEST_F(ManagerTest, AddressForRoutes) {
 }
 
 TEST_F(ManagerTest, AThousandAddressesLeaveNothingBehind) {
+  options_.max_starting = 50;  // each batch starts at once, as before the bounds
   Manager& m = make();
   EXPECT_TRUE(resolve(m, "doc:warmup").ok());  // opens the kind's log file
   EXPECT_TRUE(m.stop("doc:warmup"));
@@ -582,6 +587,216 @@ TEST_F(ManagerTest, AThousandAddressesLeaveNothingBehind) {
   EXPECT_EQ(open_fds(), fds);
   EXPECT_EQ(waitpid(-1, nullptr, WNOHANG), -1);  // no child left, not even a zombie
   EXPECT_EQ(errno, ECHILD);
+  EXPECT_EQ(supervisor_log().find("worker_failed"), std::string::npos);
+}
+
+// --- bounds (issue 11 #5) ----------------------------------------------------------------------
+
+TEST_F(ManagerTest, DefaultBoundsComeFromTheMachine) {
+  EXPECT_GE(default_max_starting(), 2u);
+  EXPECT_EQ(default_max_starting() % 2, 0u);
+  auto b = default_max_workers();
+  EXPECT_GE(b.value, 1u);
+  EXPECT_LE(b.value, 1024u);
+  EXPECT_FALSE(b.basis.empty());
+  Manager& m = make();
+  EXPECT_EQ(m.max_starting(), default_max_starting());
+  EXPECT_EQ(m.max_workers(), b.value);
+  EXPECT_NE(supervisor_log().find("workers_bounds max_starting="), std::string::npos);
+}
+
+TEST_F(ManagerTest, StartsOverMaxStartingQueueInOrderAndShowAsQueued) {
+  options_.max_starting = 2;
+  for (const char* a : {"doc:a", "doc:b", "doc:c", "doc:d", "doc:e"})
+    data_[a] = {{"slow_ready", 300}};
+  Manager& m = make();
+  std::vector<std::string> answered;
+  for (const char* a : {"doc:a", "doc:b", "doc:c", "doc:d", "doc:e"})
+    m.resolve(a, [&answered, a](const Resolution& r) {
+      EXPECT_TRUE(r.ok()) << a << " " << r.error.dump();
+      answered.push_back(a);
+    });
+  // Two forked, three queued, visible as such; nothing more forks while two start.
+  EXPECT_EQ(forks_, 2);
+  EXPECT_EQ(m.starting_workers(), 2u);
+  EXPECT_EQ(m.queued_starts(), 3u);
+  EXPECT_EQ(status(m, "doc:a"), "starting");
+  EXPECT_EQ(status(m, "doc:c"), "queued");
+  EXPECT_TRUE(m.entry("doc:e")["queuedAt"].is_string());
+  size_t most_starting = 0;
+  ASSERT_TRUE(run_until([&] {
+    most_starting = std::max(most_starting, m.starting_workers());
+    return answered.size() == 5;
+  }));
+  EXPECT_EQ(most_starting, 2u);
+  EXPECT_EQ(launched_, (std::vector<std::string>{"doc:a", "doc:b", "doc:c", "doc:d", "doc:e"}));
+  for (auto& [a, e] : changes_) {  // the two that started at once were never queued
+    if (a == "doc:a" || a == "doc:b") {
+      EXPECT_NE(e.value("status", ""), "queued") << a;
+    }
+  }
+  EXPECT_EQ(m.queued_starts(), 0u);
+  EXPECT_EQ(m.live_workers(), 5u);
+}
+
+TEST_F(ManagerTest, ACancelledQueuedStartLeavesNoTraceAndCloseCancelsQueuedStartsFirst) {
+  options_.max_starting = 1;
+  kind_.stop_grace_ms = 300;
+  data_["doc:slow"] = {{"slow_ready", 5'000}};
+  Manager& m = make();
+  std::optional<Resolution> slow, stopped, closed;
+  m.resolve("doc:slow", [&](const Resolution& r) { slow = r; });
+  m.resolve("doc:s", [&](const Resolution& r) { stopped = r; });
+  m.resolve("doc:c", [&](const Resolution& r) { closed = r; });
+  EXPECT_EQ(status(m, "doc:s"), "queued");
+  // A stop cancels the queued start: its waiter is told, no entry is left, nothing forks.
+  EXPECT_TRUE(m.stop("doc:s"));
+  EXPECT_TRUE(m.entry("doc:s").is_null());
+  EXPECT_FALSE(m.state().contains("doc:s"));
+  ASSERT_TRUE(run_until([&] { return stopped.has_value(); }));
+  EXPECT_EQ(stopped->error["code"], "stopped");
+  EXPECT_EQ(m.queued_starts(), 1u);
+  // close: the queued start is cancelled before anything else, never forks.
+  bool done = false;
+  m.close([&] { done = true; });
+  EXPECT_EQ(m.queued_starts(), 0u);
+  ASSERT_TRUE(run_until([&] { return done; }));
+  ASSERT_TRUE(closed.has_value() && slow.has_value());
+  EXPECT_EQ(closed->error["code"], "closing");
+  EXPECT_EQ(launched_, (std::vector<std::string>{"doc:slow"}));
+  EXPECT_TRUE(m.state().empty()) << m.state().dump();
+  EXPECT_EQ(supervisor_log().find("worker_failed"), std::string::npos);
+}
+
+TEST_F(ManagerTest, MaxWorkersStopsTheLongestIdleWorkerAndTheStartWaitsForItsExit) {
+  options_.max_workers = 3;
+  options_.evict_grace_ms = 0;
+  Manager& m = make();
+  // doc:b is busy: no candidate, although it has been up longer than doc:c.
+  for (const char* a : {"doc:a", "doc:b", "doc:c"}) {
+    data_[a] = {{"exit_on_shutdown_slowly", 300}, {"idle", std::string(a) != "doc:b"}};
+    ASSERT_TRUE(resolve(m, a).ok()) << a;
+  }
+  int pid_a = m.entry("doc:a")["pid"];
+  // doc:a is the longest idle; a new address stops it and waits for its exit (300 ms).
+  std::optional<Resolution> d;
+  size_t most_live = 0;
+  m.resolve("doc:d", [&](const Resolution& r) { d = r; });
+  EXPECT_EQ(status(m, "doc:a"), "stopping");
+  EXPECT_EQ(status(m, "doc:d"), "queued");
+  EXPECT_EQ(status(m, "doc:b"), "running");
+  EXPECT_EQ(status(m, "doc:c"), "running");
+  ASSERT_TRUE(run_until([&] {
+    most_live = std::max(most_live, m.live_workers());
+    return d.has_value();
+  }));
+  EXPECT_TRUE(d->ok()) << d->error.dump();
+  EXPECT_EQ(most_live, 3u);
+  EXPECT_TRUE(m.entry("doc:a").is_null());
+  EXPECT_NE(::kill(pid_a, 0), 0);
+  EXPECT_GT(event_time(m.entry("doc:d")["pid"], "started"), event_time(pid_a, "exiting"));
+  std::string log = supervisor_log();
+  EXPECT_NE(log.find("worker_evicted address=\"doc:a\""), std::string::npos) << log;
+  EXPECT_NE(log.find("reason=evicted"), std::string::npos) << log;
+  EXPECT_EQ(log.find("worker_failed"), std::string::npos);
+  // The evicted address comes back on its next request, making room the same way (doc:c now).
+  EXPECT_TRUE(resolve(m, "doc:a").ok());
+  EXPECT_EQ(m.live_workers(), 3u);
+  EXPECT_TRUE(m.entry("doc:c").is_null());
+  EXPECT_EQ(status(m, "doc:b"), "running");
+}
+
+TEST_F(ManagerTest, AFullKindStopsItsOwnLongestIdleWorkerNotAnotherKinds) {
+  KindConfig note = kind_;
+  note.name = "note";
+  note.routes = {"/note/{id}/*"};
+  options_.kinds = {note};
+  options_.evict_grace_ms = 0;
+  kind_.max_workers = 2;
+  Manager& m = make();
+  ASSERT_TRUE(resolve(m, "note:x").ok());  // the longest idle of all, but of another kind
+  ASSERT_TRUE(resolve(m, "doc:a").ok());
+  ASSERT_TRUE(resolve(m, "doc:b").ok());
+  ASSERT_TRUE(resolve(m, "doc:c").ok());
+  EXPECT_EQ(status(m, "note:x"), "running");
+  EXPECT_TRUE(run_until([&] { return m.entry("doc:a").is_null(); }));
+  EXPECT_EQ(status(m, "doc:b"), "running");
+  EXPECT_EQ(m.live_workers(), 3u);
+  EXPECT_NE(supervisor_log().find("bound=kind"), std::string::npos);
+}
+
+TEST_F(ManagerTest, NoIdleWorkerToStopGets503WithRetryAfterAndLeavesNoTrace) {
+  options_.max_workers = 2;
+  options_.evict_grace_ms = 0;
+  data_["doc:busy1"] = {{"idle", false}};
+  data_["doc:busy2"] = {{"idle", false}};
+  Manager& m = make();
+  ASSERT_TRUE(resolve(m, "doc:busy1").ok());
+  ASSERT_TRUE(resolve(m, "doc:busy2").ok());
+  auto r = resolve(m, "doc:new");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.error, (nlohmann::json{{"message", "Too many workers."}, {"code", "worker_limit"}}));
+  EXPECT_GT(r.retry_after_s, 0u);
+  EXPECT_TRUE(m.entry("doc:new").is_null());
+  for (auto& [a, e] : changes_) EXPECT_NE(a, "doc:new");
+  EXPECT_EQ(forks_, 2);
+  EXPECT_EQ(m.live_workers(), 2u);
+  std::string log = supervisor_log();
+  EXPECT_NE(log.find("worker_limit address=\"doc:new\" live=2 max_workers=2"), std::string::npos)
+      << log;
+  // A fresh worker (nothing served yet since `ready`) is not stopped within the grace either.
+  EXPECT_TRUE(m.stop("doc:busy2"));
+  ASSERT_TRUE(run_until([&] { return m.live_workers() == 1; }));
+  manager_.reset();
+  options_.evict_grace_ms = 60'000;
+  Manager& m2 = make();
+  ASSERT_TRUE(resolve(m2, "doc:idle1").ok());
+  ASSERT_TRUE(resolve(m2, "doc:idle2").ok());
+  EXPECT_EQ(resolve(m2, "doc:new").error["code"], "worker_limit");
+}
+
+TEST_F(ManagerTest, AStartQueuedLongerThanStartTimeoutIsRefused) {
+  options_.max_starting = 1;
+  kind_.start_timeout_ms = 300;
+  data_["doc:slow"] = {{"slow_ready", 5'000}};  // `started` in time, `ready` much later
+  Manager& m = make(/*idle_check_ms=*/50);
+  m.resolve("doc:slow", [](const Resolution&) {});
+  auto r = resolve(m, "doc:late");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.error["code"], "start_limit");
+  EXPECT_GT(r.retry_after_s, 0u);
+  EXPECT_TRUE(m.entry("doc:late").is_null());
+  EXPECT_EQ(launched_, (std::vector<std::string>{"doc:slow"}));
+  EXPECT_NE(supervisor_log().find("no start finished, for start_timeout"), std::string::npos);
+}
+
+TEST_F(ManagerTest, ABurstOfAddressesNeverExceedsTheBounds) {
+  options_.max_starting = 3;
+  options_.max_workers = 5;
+  options_.evict_grace_ms = 0;
+  Manager& m = make();
+  constexpr int kAddresses = 40;
+  int answered = 0, ok = 0, limited = 0;
+  size_t most_live = 0, most_starting = 0;
+  for (int i = 0; i < kAddresses; ++i) {
+    m.resolve("doc:b" + std::to_string(i), [&](const Resolution& r) {
+      ++answered;
+      ok += r.ok();
+      limited += r.error.is_object() && r.error.value("code", "") == "worker_limit";
+    });
+  }
+  ASSERT_TRUE(run_until(
+      [&] {
+        most_live = std::max(most_live, m.live_workers());
+        most_starting = std::max(most_starting, m.starting_workers());
+        return answered == kAddresses;
+      },
+      60'000));
+  EXPECT_EQ(ok + limited, kAddresses);
+  EXPECT_GE(ok, 5);
+  EXPECT_LE(most_live, 5u);
+  EXPECT_LE(most_starting, 3u);
+  EXPECT_EQ(m.queued_starts(), 0u);
   EXPECT_EQ(supervisor_log().find("worker_failed"), std::string::npos);
 }
 
