@@ -160,7 +160,8 @@ class Manager {
   bool resume(const std::string& address);
   void close(std::function<void()> done);
 
-  // {wire address: {status: starting|running|stopping, pid, startedAt} | {status: failed, error, at}
+  // {wire address: {status: starting|running|stopping, pid, startedAt} | {status: failed, error,
+  // at}
   //  | {status: queued, queuedAt}}; a suspended address has `suspended: true` (and
   //  `status: suspended` with no worker).
   nlohmann::json state() const;
