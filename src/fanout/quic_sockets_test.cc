@@ -68,20 +68,21 @@ TEST(QuicSockets, GroupsPerAddressInSlotOrder) {
   }
 }
 
-// Two pairs per slot, one per generation parity: tx[i][p] reaches rx[i][p] and nothing else.
-TEST(QuicSockets, ForwardPairsConnectTxToRxOfTheSameSlotAndParity) {
+// kGenerations pairs per slot, one per generation index: tx[i][p] reaches rx[i][p] and nothing
+// else.
+TEST(QuicSockets, ForwardPairsConnectTxToRxOfTheSameSlotAndGeneration) {
   auto r = make_quic_sockets({addr("127.0.0.1:0")}, 4);
   ASSERT_TRUE(r.ok()) << r.error().reason;
   QuicSockets& q = r.value();
   for (size_t i = 0; i < 4; ++i) {
-    for (size_t p = 0; p < 2; ++p) {
+    for (size_t p = 0; p < kGenerations; ++p) {
       std::string msg = "to " + std::to_string(i) + "/" + std::to_string(p);
       ASSERT_EQ(send(q.forward_tx[i][p].get(), msg.data(), msg.size(), 0),
                 static_cast<ssize_t>(msg.size()));
     }
   }
   for (size_t i = 0; i < 4; ++i) {
-    for (size_t p = 0; p < 2; ++p) {
+    for (size_t p = 0; p < kGenerations; ++p) {
       char buf[16] = {};
       ssize_t n = recv(q.forward_rx[i][p].get(), buf, sizeof buf - 1, 0);
       ASSERT_GT(n, 0);
@@ -152,8 +153,8 @@ TEST(QuicSockets, RespawnedProcessGetsTheSameSockets) {
     if (!first) return 0;
     // Leave a datagram for the replacement, then crash.
     std::string note = "from-first-" + std::to_string(ctx.slot);
-    send(ctx.forward_tx[static_cast<size_t>(ctx.slot)][ctx.generation & 1], note.data(),
-         note.size(), 0);
+    send(ctx.forward_tx[static_cast<size_t>(ctx.slot)][generation_index(ctx.generation)],
+         note.data(), note.size(), 0);
     raise(SIGKILL);
     return 1;
   };
@@ -178,18 +179,18 @@ size_t count_lines(const std::string& path) {
 }
 
 // A SIGHUP generation (Supervisor::reload) gets the same QUIC sockets as the one it replaces, but
-// reads the slot's forwarding pair of its own parity (generation & 1), so the old and the new
-// process never read each other's forwarded datagrams; both can write to either.
+// reads the slot's forwarding pair of its own generation index, so the old and the new process
+// never read each other's forwarded datagrams; both can write to any.
 TEST(QuicSockets, ReloadedGenerationGetsTheSameSockets) {
   constexpr int kSlots = 2;
   auto made = make_quic_sockets({addr("127.0.0.1:0")}, kSlots);
   ASSERT_TRUE(made.ok()) << made.error().reason;
   auto quic = std::make_shared<QuicSockets>(std::move(made.value()));
   std::map<int, ino_t> udp_inode;
-  std::map<std::pair<int, int>, ino_t> rx_inode;  // (slot, parity)
+  std::map<std::pair<int, int>, ino_t> rx_inode;  // (slot, generation index)
   for (int i = 0; i < kSlots; ++i) {
     udp_inode[i] = inode(quic->udp[static_cast<size_t>(i)][0].get());
-    for (int p = 0; p < 2; ++p)
+    for (int p = 0; p < static_cast<int>(kGenerations); ++p)
       rx_inode[{i, p}] =
           inode(quic->forward_rx[static_cast<size_t>(i)][static_cast<size_t>(p)].get());
   }
@@ -209,11 +210,12 @@ TEST(QuicSockets, ReloadedGenerationGetsTheSameSockets) {
   listeners->slots.resize(kSlots);
   // Each process writes "<generation> same|different" and serves until SIGTERM.
   ChildMain main = [&](const ChildContext& ctx) {
-    int parity = static_cast<int>(ctx.generation & 1);
+    int index = static_cast<int>(generation_index(ctx.generation));
     bool same = ctx.udp_fds.size() == 1 && inode(ctx.udp_fds[0]) == udp_inode[ctx.slot] &&
-                inode(ctx.forward_rx) == rx_inode[{ctx.slot, parity}] &&
-                ctx.forward_tx.size() == static_cast<size_t>(kSlots);
-    for (const auto& pair : ctx.forward_tx) same = same && pair[0] >= 0 && pair[1] >= 0;
+                inode(ctx.forward_rx) == rx_inode[{ctx.slot, index}] &&
+                ctx.forward_tx.size() == static_cast<size_t>(kSlots) && ctx.quic_serving;
+    for (const auto& pair : ctx.forward_tx)
+      for (int fd : pair) same = same && fd >= 0;
     FILE* f = fopen(path(ctx.slot).c_str(), "a");
     fprintf(f, "%llu %s\n", static_cast<unsigned long long>(ctx.generation),
             same ? "same" : "different");
