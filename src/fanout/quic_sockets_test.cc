@@ -256,5 +256,120 @@ TEST(QuicSockets, ReloadedGenerationGetsTheSameSockets) {
   rmdir(dir.c_str());
 }
 
+// Reloads with processes that keep draining (they ignore the drain signal's end: an open
+// WebSocket, say): up to max_draining older generations per slot run next to the serving one;
+// past it the oldest is closed, and no two live processes of a slot ever share a generation index
+// (their CIDs and forwarding pair): generation 5 is forked only once generation 1 has exited.
+// The serving table follows the newest ready process.
+TEST(Generations, DrainingIsBoundedAndNoTwoLiveProcessesShareAnIndex) {
+  constexpr int kLast = 7;
+  auto made = make_quic_sockets({addr("127.0.0.1:0")}, 1);
+  ASSERT_TRUE(made.ok()) << made.error().reason;
+  auto quic = std::make_shared<QuicSockets>(std::move(made.value()));
+  char dir_template[] = "/tmp/corral-fanout-drain-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  std::string dir = dir_template;
+  auto path = [&](uint64_t g) { return dir + "/gen" + std::to_string(g); };
+  auto note = [&](uint64_t g, const char* what) {
+    FILE* f = fopen(path(g).c_str(), "a");
+    fprintf(f, "%s\n", what);
+    fclose(f);
+  };
+  auto lines = [&](uint64_t g) {
+    std::ifstream in(path(g));
+    std::string all, line;
+    while (std::getline(in, line)) all += line + " ";
+    return all;
+  };
+
+  core::EventLoop loop;
+  core::Logger log(2, core::LogLevel::kError);
+  SupervisorOptions options;
+  options.processes = 1;
+  options.quic = quic;
+  options.stop_timeout_ms = 5'000;
+  Supervisor sup(loop, log, options);
+  sup.on_finished = [&] { loop.stop(); };
+  auto listeners = std::make_shared<ListenerSet>();
+  listeners->slots.resize(1);
+  // A process notes "start", "drain" (kept running) and "exit" (at SIGTERM).
+  ChildMain main = [&](const ChildContext& ctx) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, kDrainSignal);
+    sigprocmask(SIG_BLOCK, &set, nullptr);
+    note(ctx.generation, "start");
+    ctx.notify_ready();
+    for (;;) {
+      int signo = 0;
+      sigwait(&set, &signo);
+      if (signo == kDrainSignal) {
+        note(ctx.generation, "drain");
+      } else {
+        note(ctx.generation, "exit");
+        return 0;
+      }
+    }
+  };
+  auto live = [&] {
+    std::vector<uint64_t> out;
+    for (uint64_t g = 1; g <= kLast; ++g) {
+      auto l = lines(g);
+      if (l.find("start") != std::string::npos && l.find("exit") == std::string::npos)
+        out.push_back(g);
+    }
+    return out;
+  };
+  uint64_t reloaded_to = 1;
+  bool shared_index = false;
+  std::vector<std::vector<uint64_t>> draining_seen;  // after each reload's new process is ready
+  int ticks = 0;
+  core::Timer tick;
+  tick.bind(loop.timers(), [&] {
+    auto now = live();
+    for (size_t i = 0; i < now.size(); ++i)
+      for (size_t j = i + 1; j < now.size(); ++j)
+        shared_index = shared_index || generation_index(now[i]) == generation_index(now[j]);
+    // The next reload once the newest generation serves and its predecessor was told to drain.
+    auto st = sup.state();
+    bool serving = st[0].generation == reloaded_to && st[0].status == "running" &&
+                   (reloaded_to == 1 || lines(reloaded_to - 1).find("drain") != std::string::npos ||
+                    lines(reloaded_to - 1).find("exit") != std::string::npos);
+    if (serving) {
+      EXPECT_EQ(quic->serving->words()[0].load(), reloaded_to);
+      std::vector<uint64_t> draining;
+      for (const auto& d : sup.draining())
+        if (d.status == "draining") draining.push_back(d.generation);
+      draining_seen.push_back(draining);
+      if (reloaded_to == kLast) {
+        sup.terminate();
+        return;
+      }
+      ++reloaded_to;
+      sup.reload(listeners, main);
+    }
+    if (++ticks > 2000) {  // the bound only ends a broken run
+      sup.terminate();
+      return;
+    }
+    tick.arm_after(5);
+  });
+  tick.arm_after(5);
+  ASSERT_TRUE(sup.start(listeners, main).ok());
+  loop.run();
+  EXPECT_FALSE(shared_index);
+  // The 3 newest older generations keep draining; from generation 5 on the oldest was closed
+  // (generation_index_reused at the fork of g + 4) before it could be a fourth.
+  std::vector<std::vector<uint64_t>> want = {{},        {1},       {1, 2},   {1, 2, 3},
+                                             {2, 3, 4}, {3, 4, 5}, {4, 5, 6}};
+  EXPECT_EQ(draining_seen, want);
+  for (uint64_t g = 1; g <= kLast; ++g) {
+    EXPECT_EQ(lines(g), g == kLast ? "start exit " : "start drain exit ") << "generation " << g;
+    unlink(path(g).c_str());
+  }
+  rmdir(dir.c_str());
+}
+
 }  // namespace
 }  // namespace corral::fanout
