@@ -162,16 +162,18 @@ ConfigErrors load_config(const std::string& path, Config& c) {
     return errors;
   }
   Reader r(root, errors);
-  r.check_unknown(root, "",
-                  {"listen", "root", "processes", "pin", "state_dir", "workers", "log_level",
-                   "access_log", "allowed_hosts", "relays", "limits", "timeouts", "server_name",
-                   "referrer_policy", "tls", "http3", "process_header", "serve_dotfiles"});
+  r.check_unknown(
+      root, "",
+      {"listen", "root", "processes", "pin", "max_draining_generations", "state_dir", "workers",
+       "log_level", "access_log", "allowed_hosts", "relays", "limits", "timeouts", "server_name",
+       "referrer_policy", "tls", "http3", "process_header", "serve_dotfiles"});
   r.string(root, "listen", c.listen);
   if (auto p = core::parse_address(c.listen); !p)
     errors.problems.push_back(fmt::format("listen: {}", p.error().reason));
   r.string(root, "root", c.root);
   r.boolean(root, "serve_dotfiles", c.serve_dotfiles);
   r.integer(root, "", "processes", c.processes, 0, 64);
+  r.integer(root, "", "max_draining_generations", c.max_draining_generations, 0, 3);
   r.string(root, "state_dir", c.state_dir);
   if (auto* node = root.get("workers")) {
     if (auto* kinds = node->as_table()) {
@@ -313,7 +315,7 @@ ConfigErrors load_config(const std::string& path, Config& c) {
     if (auto* t = node->as_table()) {
       r.check_unknown(*t, "timeouts.",
                       {"header_ms", "body_ms", "keepalive_ms", "write_ms", "ready_ms", "close_ms",
-                       "linger_ms"});
+                       "drain_ms", "linger_ms"});
       auto& s = c.server;
       constexpr int64_t kDay = 86'400'000;
       r.integer(*t, "timeouts.", "header_ms", s.header_timeout_ms, 1, kDay);
@@ -322,6 +324,7 @@ ConfigErrors load_config(const std::string& path, Config& c) {
       r.integer(*t, "timeouts.", "write_ms", s.write_timeout_ms, 1, kDay);
       r.integer(*t, "timeouts.", "ready_ms", s.ready_timeout_ms, 1, kDay);
       r.integer(*t, "timeouts.", "close_ms", s.close_timeout_ms, 0, kDay);
+      r.integer(*t, "timeouts.", "drain_ms", s.drain_timeout_ms, 0, kDay);
       r.integer(*t, "timeouts.", "linger_ms", s.linger_timeout_ms, 0, kDay);
     } else {
       errors.problems.push_back("timeouts: expected a table");

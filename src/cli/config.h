@@ -58,6 +58,9 @@ struct Config {
   std::string root;   // empty: the embedded welcome site
   int processes = 1;  // 1: a single process, no supervisor; 0: one per CPU; N: a supervisor and N
   bool pin = false;   // pin process i to the i-th allowed CPU
+  // Older generations a slot keeps draining after SIGHUPs (0..3: the QUIC CID's generation bits
+  // allow 4 at once); past it the oldest is closed (its WebSockets get 1001).
+  int max_draining_generations = 3;
   core::LogLevel log_level = core::LogLevel::kInfo;
   std::vector<std::string> allowed_hosts;
   std::vector<std::string> relays;

@@ -50,6 +50,8 @@ struct Flags {
   int processes = -1;  // -1: not given
   bool pin = false;
   bool serve_dotfiles = false;
+  int64_t drain_timeout_ms = -1;  // -1: not given
+  int max_draining = -1;          // -1: not given
 };
 
 // Everything a server process needs, built and validated before any process starts.
@@ -196,6 +198,18 @@ cli::ConfigErrors prepare(const Flags& flags, core::Logger& log, Prepared& out,
   if (flags.processes >= 0) config.processes = flags.processes;
   if (flags.pin) config.pin = true;
   if (flags.serve_dotfiles) config.serve_dotfiles = true;
+  if (flags.drain_timeout_ms >= 0) {
+    if (flags.drain_timeout_ms > 86'400'000)
+      errors.problems.push_back("--drain-timeout-ms: at most 86400000 (a day)");
+    else
+      config.server.drain_timeout_ms = static_cast<uint32_t>(flags.drain_timeout_ms);
+  }
+  if (flags.max_draining >= 0) {
+    if (flags.max_draining > 3)
+      errors.problems.push_back("--max-draining-generations: at most 3");
+    else
+      config.max_draining_generations = flags.max_draining;
+  }
   if (!flags.log_level.empty() && !parse_level(flags.log_level, config.log_level))
     errors.problems.push_back("--log-level: expected one of debug, info, warn, error");
   auto addr = core::parse_address(config.listen);
@@ -261,6 +275,9 @@ std::shared_ptr<const http::AdmissionPolicy> reload_policy(const Flags& flags, c
 // HTTP/3 in the supervisor: made once per start, before the first fork, and kept across SIGHUP
 // generations (the UDP sockets live in SupervisorOptions::quic for the same reason): tokens and
 // stateless resets from one generation stay valid in the next.
+// The generation index bits of QUIC CIDs and the supervisor's forwarding pairs per slot agree.
+static_assert(fanout::kGenerations == quic::kGenerations);
+
 struct QuicShared {
   std::shared_ptr<quic::Steering> steering;
   std::shared_ptr<const quic::Secrets> secrets;
@@ -285,6 +302,7 @@ fanout::ChildMain child_main(std::shared_ptr<const Prepared> p, core::Logger& lo
     }
     run.server = p->config.server;
     run.policy = p->policy;
+    run.drain_signal = fanout::kDrainSignal;  // a newer generation serves the slot
     run.on_listening = [&ctx](http::Server&, const std::vector<core::SocketAddress>&) {
       ctx.notify_ready();
     };
@@ -322,7 +340,7 @@ fanout::ChildMain child_main(std::shared_ptr<const Prepared> p, core::Logger& lo
       run.server.alt_svc = fmt::format("h3=\":{}\"; ma=86400", p->tls_port);
       run.on_server = [p, quic_shared, &ctx, &log](http::Server& server) {
         auto pc = quic_shared->steering->context(ctx.slot, ctx.generation, ctx.udp_fds,
-                                                 ctx.forward_rx, ctx.forward_tx);
+                                                 ctx.forward_rx, ctx.forward_tx, ctx.quic_serving);
         pc.secrets = quic_shared->secrets;
         pc.credentials = p->credentials;
         pc.ticket_key = quic_shared->ticket_key;
@@ -427,6 +445,7 @@ int serve(const Flags& flags) {
   options.pin = prepared->config.pin;
   options.cpus = cpus.value();
   options.stop_timeout_ms = prepared->config.server.close_timeout_ms + 5'000;
+  options.max_draining = static_cast<uint32_t>(prepared->config.max_draining_generations);
   if (set->addresses.size() > 1) prepared->tls_port = set->addresses[1].port();
 
   // HTTP/3: per slot a UDP socket on the TLS listener's port, the forwarding pairs, the steering
@@ -468,8 +487,10 @@ int serve(const Flags& flags) {
       return false;
     }
     if (fresh->config.processes != prepared->config.processes ||
-        fresh->config.pin != prepared->config.pin)
-      log.warn("reload_partial", "reason=\"processes and pin change only on restart\"");
+        fresh->config.pin != prepared->config.pin ||
+        fresh->config.max_draining_generations != prepared->config.max_draining_generations)
+      log.warn("reload_partial",
+               "reason=\"processes, pin and max_draining_generations change only on restart\"");
     auto wanted = wanted_addresses(*fresh);
     bool same = wanted.size() == set->addresses.size();
     for (size_t i = 0; same && i < wanted.size(); ++i) {
@@ -585,6 +606,12 @@ int main(int argc, char** argv) {
   serve_cmd->add_flag("--pin", flags.pin, "Pin process i to the i-th CPU this process may use");
   serve_cmd->add_flag("--serve-dotfiles", flags.serve_dotfiles,
                       "Serve files and directories whose name starts with '.' (default: 404)");
+  serve_cmd->add_option("--drain-timeout-ms", flags.drain_timeout_ms,
+                        "After a reload, how long an old process keeps its WebSockets and relayed "
+                        "upgrades (default 300000; 0: closed at once with 1001)");
+  serve_cmd->add_option("--max-draining-generations", flags.max_draining,
+                        "Older generations draining at once per process slot (0..3, default 3); "
+                        "past it the oldest is closed");
   serve_cmd->add_option("--log-level", flags.log_level, "debug, info, warn or error");
   serve_cmd->add_option("--state-dir", flags.state_dir,
                         "State directory (default $XDG_STATE_HOME/corral or ./.corral)");

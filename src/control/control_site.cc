@@ -24,9 +24,18 @@ void add_process_routes(http::SiteBuilder& site, const fanout::Supervisor& super
           for (auto& [k, v] : extra.items()) slots.back()[k] = v;
       }
     }
+    // Older generations' processes still running after a reload (docs/process-model.md).
+    nlohmann::json draining = nlohmann::json::array();
+    for (const auto& d : supervisor.draining())
+      draining.push_back({{"index", d.slot},
+                          {"pid", d.pid},
+                          {"generation", d.generation},
+                          {"since", d.since},
+                          {"status", d.status}});
     return http::Response::json({{"generation", supervisor.generation()},
                                  {"terminating", supervisor.terminating()},
-                                 {"processes", slots}});
+                                 {"processes", slots},
+                                 {"draining", draining}});
   });
 }
 

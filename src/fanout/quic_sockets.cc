@@ -2,8 +2,11 @@
 
 #include <netinet/in.h>
 #include <netinet/ip.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <new>
 #include <string>
 
 namespace corral::fanout {
@@ -54,6 +57,24 @@ core::Result<core::UniqueFd> udp_socket(const core::SocketAddress& addr, int buf
 
 }  // namespace
 
+ServingTable::~ServingTable() {
+  if (words_) munmap(words_, bytes_);
+}
+
+core::Result<void> ServingTable::map(int slots) {
+  static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared between processes");
+  bytes_ = sizeof(std::atomic<uint64_t>) * static_cast<size_t>(std::max(slots, 1));
+  void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return core::errno_error("mmap(serving generations)");
+  words_ = static_cast<std::atomic<uint64_t>*>(p);
+  for (int i = 0; i < slots; ++i) new (&words_[i]) std::atomic<uint64_t>(1);
+  return {};
+}
+
+void ServingTable::set(int slot, uint64_t generation) {
+  if (words_) words_[slot].store(generation, std::memory_order_relaxed);
+}
+
 std::vector<int> QuicSockets::group(size_t a) const {
   std::vector<int> fds;
   for (const auto& slot : udp) fds.push_back(a < slot.size() ? slot[a].get() : -1);
@@ -99,7 +120,7 @@ core::Result<QuicSockets> make_quic_sockets(const std::vector<core::SocketAddres
   set.forward_rx.resize(static_cast<size_t>(slots));
   set.forward_tx.resize(static_cast<size_t>(slots));
   for (size_t i = 0; i < static_cast<size_t>(slots); ++i) {
-    for (size_t parity = 0; parity < 2; ++parity) {
+    for (size_t g = 0; g < kGenerations; ++g) {
       int sv[2];
       if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
         return core::errno_error("socketpair(forward)");
@@ -108,10 +129,12 @@ core::Result<QuicSockets> make_quic_sockets(const std::vector<core::SocketAddres
       // receiver's queue is also capped by net.unix.max_dgram_qlen (512 by default).
       set_buffer(tx.get(), SO_SNDBUFFORCE, SO_SNDBUF, options.forward_buffer);
       set_buffer(rx.get(), SO_RCVBUFFORCE, SO_RCVBUF, options.forward_buffer);
-      set.forward_rx[i][parity] = std::move(rx);
-      set.forward_tx[i][parity] = std::move(tx);
+      set.forward_rx[i][g] = std::move(rx);
+      set.forward_tx[i][g] = std::move(tx);
     }
   }
+  set.serving = std::make_unique<ServingTable>();
+  if (auto r = set.serving->map(slots); !r) return r.error();
   return set;
 }
 

@@ -68,20 +68,21 @@ TEST(QuicSockets, GroupsPerAddressInSlotOrder) {
   }
 }
 
-// Two pairs per slot, one per generation parity: tx[i][p] reaches rx[i][p] and nothing else.
-TEST(QuicSockets, ForwardPairsConnectTxToRxOfTheSameSlotAndParity) {
+// kGenerations pairs per slot, one per generation index: tx[i][p] reaches rx[i][p] and nothing
+// else.
+TEST(QuicSockets, ForwardPairsConnectTxToRxOfTheSameSlotAndGeneration) {
   auto r = make_quic_sockets({addr("127.0.0.1:0")}, 4);
   ASSERT_TRUE(r.ok()) << r.error().reason;
   QuicSockets& q = r.value();
   for (size_t i = 0; i < 4; ++i) {
-    for (size_t p = 0; p < 2; ++p) {
+    for (size_t p = 0; p < kGenerations; ++p) {
       std::string msg = "to " + std::to_string(i) + "/" + std::to_string(p);
       ASSERT_EQ(send(q.forward_tx[i][p].get(), msg.data(), msg.size(), 0),
                 static_cast<ssize_t>(msg.size()));
     }
   }
   for (size_t i = 0; i < 4; ++i) {
-    for (size_t p = 0; p < 2; ++p) {
+    for (size_t p = 0; p < kGenerations; ++p) {
       char buf[16] = {};
       ssize_t n = recv(q.forward_rx[i][p].get(), buf, sizeof buf - 1, 0);
       ASSERT_GT(n, 0);
@@ -152,8 +153,8 @@ TEST(QuicSockets, RespawnedProcessGetsTheSameSockets) {
     if (!first) return 0;
     // Leave a datagram for the replacement, then crash.
     std::string note = "from-first-" + std::to_string(ctx.slot);
-    send(ctx.forward_tx[static_cast<size_t>(ctx.slot)][ctx.generation & 1], note.data(),
-         note.size(), 0);
+    send(ctx.forward_tx[static_cast<size_t>(ctx.slot)][generation_index(ctx.generation)],
+         note.data(), note.size(), 0);
     raise(SIGKILL);
     return 1;
   };
@@ -178,18 +179,18 @@ size_t count_lines(const std::string& path) {
 }
 
 // A SIGHUP generation (Supervisor::reload) gets the same QUIC sockets as the one it replaces, but
-// reads the slot's forwarding pair of its own parity (generation & 1), so the old and the new
-// process never read each other's forwarded datagrams; both can write to either.
+// reads the slot's forwarding pair of its own generation index, so the old and the new process
+// never read each other's forwarded datagrams; both can write to any.
 TEST(QuicSockets, ReloadedGenerationGetsTheSameSockets) {
   constexpr int kSlots = 2;
   auto made = make_quic_sockets({addr("127.0.0.1:0")}, kSlots);
   ASSERT_TRUE(made.ok()) << made.error().reason;
   auto quic = std::make_shared<QuicSockets>(std::move(made.value()));
   std::map<int, ino_t> udp_inode;
-  std::map<std::pair<int, int>, ino_t> rx_inode;  // (slot, parity)
+  std::map<std::pair<int, int>, ino_t> rx_inode;  // (slot, generation index)
   for (int i = 0; i < kSlots; ++i) {
     udp_inode[i] = inode(quic->udp[static_cast<size_t>(i)][0].get());
-    for (int p = 0; p < 2; ++p)
+    for (int p = 0; p < static_cast<int>(kGenerations); ++p)
       rx_inode[{i, p}] =
           inode(quic->forward_rx[static_cast<size_t>(i)][static_cast<size_t>(p)].get());
   }
@@ -209,11 +210,12 @@ TEST(QuicSockets, ReloadedGenerationGetsTheSameSockets) {
   listeners->slots.resize(kSlots);
   // Each process writes "<generation> same|different" and serves until SIGTERM.
   ChildMain main = [&](const ChildContext& ctx) {
-    int parity = static_cast<int>(ctx.generation & 1);
+    int index = static_cast<int>(generation_index(ctx.generation));
     bool same = ctx.udp_fds.size() == 1 && inode(ctx.udp_fds[0]) == udp_inode[ctx.slot] &&
-                inode(ctx.forward_rx) == rx_inode[{ctx.slot, parity}] &&
-                ctx.forward_tx.size() == static_cast<size_t>(kSlots);
-    for (const auto& pair : ctx.forward_tx) same = same && pair[0] >= 0 && pair[1] >= 0;
+                inode(ctx.forward_rx) == rx_inode[{ctx.slot, index}] &&
+                ctx.forward_tx.size() == static_cast<size_t>(kSlots) && ctx.quic_serving;
+    for (const auto& pair : ctx.forward_tx)
+      for (int fd : pair) same = same && fd >= 0;
     FILE* f = fopen(path(ctx.slot).c_str(), "a");
     fprintf(f, "%llu %s\n", static_cast<unsigned long long>(ctx.generation),
             same ? "same" : "different");
@@ -250,6 +252,121 @@ TEST(QuicSockets, ReloadedGenerationGetsTheSameSockets) {
     ss << in.rdbuf();
     EXPECT_EQ(ss.str(), "1 same\n2 same\n") << "slot " << i;
     unlink(path(i).c_str());
+  }
+  rmdir(dir.c_str());
+}
+
+// Reloads with processes that keep draining (they ignore the drain signal's end: an open
+// WebSocket, say): up to max_draining older generations per slot run next to the serving one;
+// past it the oldest is closed, and no two live processes of a slot ever share a generation index
+// (their CIDs and forwarding pair): generation 5 is forked only once generation 1 has exited.
+// The serving table follows the newest ready process.
+TEST(Generations, DrainingIsBoundedAndNoTwoLiveProcessesShareAnIndex) {
+  constexpr int kLast = 7;
+  auto made = make_quic_sockets({addr("127.0.0.1:0")}, 1);
+  ASSERT_TRUE(made.ok()) << made.error().reason;
+  auto quic = std::make_shared<QuicSockets>(std::move(made.value()));
+  char dir_template[] = "/tmp/corral-fanout-drain-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  std::string dir = dir_template;
+  auto path = [&](uint64_t g) { return dir + "/gen" + std::to_string(g); };
+  auto note = [&](uint64_t g, const char* what) {
+    FILE* f = fopen(path(g).c_str(), "a");
+    fprintf(f, "%s\n", what);
+    fclose(f);
+  };
+  auto lines = [&](uint64_t g) {
+    std::ifstream in(path(g));
+    std::string all, line;
+    while (std::getline(in, line)) all += line + " ";
+    return all;
+  };
+
+  core::EventLoop loop;
+  core::Logger log(2, core::LogLevel::kError);
+  SupervisorOptions options;
+  options.processes = 1;
+  options.quic = quic;
+  options.stop_timeout_ms = 5'000;
+  Supervisor sup(loop, log, options);
+  sup.on_finished = [&] { loop.stop(); };
+  auto listeners = std::make_shared<ListenerSet>();
+  listeners->slots.resize(1);
+  // A process notes "start", "drain" (kept running) and "exit" (at SIGTERM).
+  ChildMain main = [&](const ChildContext& ctx) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, kDrainSignal);
+    sigprocmask(SIG_BLOCK, &set, nullptr);
+    note(ctx.generation, "start");
+    ctx.notify_ready();
+    for (;;) {
+      int signo = 0;
+      sigwait(&set, &signo);
+      if (signo == kDrainSignal) {
+        note(ctx.generation, "drain");
+      } else {
+        note(ctx.generation, "exit");
+        return 0;
+      }
+    }
+  };
+  auto live = [&] {
+    std::vector<uint64_t> out;
+    for (uint64_t g = 1; g <= kLast; ++g) {
+      auto l = lines(g);
+      if (l.find("start") != std::string::npos && l.find("exit") == std::string::npos)
+        out.push_back(g);
+    }
+    return out;
+  };
+  uint64_t reloaded_to = 1;
+  bool shared_index = false;
+  std::vector<std::vector<uint64_t>> draining_seen;  // after each reload's new process is ready
+  int ticks = 0;
+  core::Timer tick;
+  tick.bind(loop.timers(), [&] {
+    auto now = live();
+    for (size_t i = 0; i < now.size(); ++i)
+      for (size_t j = i + 1; j < now.size(); ++j)
+        shared_index = shared_index || generation_index(now[i]) == generation_index(now[j]);
+    // The next reload once the newest generation serves and its predecessor was told to drain.
+    auto st = sup.state();
+    bool serving = st[0].generation == reloaded_to && st[0].status == "running" &&
+                   (reloaded_to == 1 || lines(reloaded_to - 1).find("drain") != std::string::npos ||
+                    lines(reloaded_to - 1).find("exit") != std::string::npos);
+    if (serving) {
+      EXPECT_EQ(quic->serving->words()[0].load(), reloaded_to);
+      std::vector<uint64_t> draining;
+      for (const auto& d : sup.draining())
+        if (d.status == "draining") draining.push_back(d.generation);
+      draining_seen.push_back(draining);
+      if (reloaded_to == kLast) {
+        sup.terminate();
+        return;
+      }
+      ++reloaded_to;
+      sup.reload(listeners, main);
+    }
+    if (++ticks > 2000) {  // the bound only ends a broken run
+      sup.terminate();
+      return;
+    }
+    tick.arm_after(5);
+  });
+  tick.arm_after(5);
+  ASSERT_TRUE(sup.start(listeners, main).ok());
+  loop.run();
+  EXPECT_FALSE(shared_index);
+  // The 3 newest older generations keep draining; from generation 5 on the oldest was closed
+  // (generation_index_reused at the fork of g + 4) before it could be a fourth.
+  std::vector<std::vector<uint64_t>> want = {{},        {1},       {1, 2},   {1, 2, 3},
+                                             {2, 3, 4}, {3, 4, 5}, {4, 5, 6}};
+  EXPECT_EQ(draining_seen, want);
+  for (uint64_t g = 1; g <= kLast; ++g) {
+    EXPECT_EQ(lines(g), g == kLast ? "start exit " : "start drain exit ") << "generation " << g;
+    unlink(path(g).c_str());
   }
   rmdir(dir.c_str());
 }

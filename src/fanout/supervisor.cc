@@ -62,7 +62,14 @@ struct Supervisor::Child final : core::IoHandler {
     void on_io(uint32_t) override { child->sup.on_child_ready(child); }
   };
 
-  Child(Supervisor& s) : sup(s) { ready_handler.child = this; }
+  Child(Supervisor& s)
+      : sup(s), kill_timer(s.loop_.timers(), [this] {
+          sup.log_.warn("process_killed", "slot={} pid={} generation={} reason=stop_timeout", slot,
+                        pid, generation);
+          kill(pid, SIGKILL);
+        }) {
+    ready_handler.child = this;
+  }
   void on_io(uint32_t) override {
     siginfo_t info{};
     if (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd.get()), &info,
@@ -84,6 +91,9 @@ struct Supervisor::Child final : core::IoHandler {
   uint64_t started_ms = 0;
   bool ready = false;
   bool sent_term = false;
+  bool draining = false;  // sent kDrainSignal (a newer generation serves its slot)
+  time_t drain_since = 0;
+  core::Timer kill_timer;  // after the supervisor's own SIGTERM to an old process
   std::shared_ptr<ListenerSet> listeners;
   std::unique_ptr<core::MessageLink> link;
 };
@@ -98,6 +108,7 @@ struct Supervisor::Slot {
   time_t started_at = 0;
   Child* current = nullptr;
   core::Timer respawn;
+  bool spawn_waiting = false;  // the new generation's process waits for an old one's exit
 };
 
 Supervisor::Supervisor(core::EventLoop& loop, core::Logger& log, SupervisorOptions options)
@@ -130,6 +141,8 @@ core::Result<void> Supervisor::start(std::shared_ptr<ListenerSet> listeners, Chi
   listeners_ = std::move(listeners);
   main_ = std::move(main);
   generation_ = 1;
+  if (options_.max_draining > kGenerations - 1)
+    options_.max_draining = static_cast<uint32_t>(kGenerations - 1);
   for (int i = 0; i < options_.processes; ++i) {
     size_t before = children_.size();
     spawn(i);
@@ -142,13 +155,20 @@ void Supervisor::spawn(int index) {
   if (terminating_) return;
   Slot& slot = *slots_[static_cast<size_t>(index)];
   // A fork that could not be made is tried again with the backoff of a crash loop: the slot
-  // always has a process or a respawn armed (what check_finished counts on).
+  // always has a process, a respawn armed or a spawn waiting (what check_finished counts on).
   auto retry_later = [this, &slot] {
     slot.status = "backoff";
     slot.backoff_ms =
         std::clamp(slot.backoff_ms * 2, options_.backoff_min_ms, options_.backoff_max_ms);
     slot.respawn.arm_after(slot.backoff_ms);
   };
+  if (Child* holder = index_holder(index)) {
+    // Its CIDs and forwarding pair are this generation's too: it must be gone first.
+    close_old(holder, "generation_index_reused");
+    slot.spawn_waiting = true;
+    return;
+  }
+  slot.spawn_waiting = false;
   int pipefd[2];
   if (pipe2(pipefd, O_CLOEXEC) < 0) {
     log_.error("spawn_failed", "slot={} error=\"{}\"", index, strerror(errno));
@@ -210,13 +230,18 @@ void Supervisor::spawn(int index) {
         ctx.udp_fds.push_back(fd.get());
         keep.push_back(fd.get());
       }
-      ctx.forward_rx = quic->forward_rx[static_cast<size_t>(index)][generation_ & 1].get();
+      ctx.forward_rx =
+          quic->forward_rx[static_cast<size_t>(index)][generation_index(generation_)].get();
       keep.push_back(ctx.forward_rx);
       for (auto& pair : quic->forward_tx) {
-        ctx.forward_tx.push_back({pair[0].get(), pair[1].get()});
-        keep.push_back(pair[0].get());
-        keep.push_back(pair[1].get());
+        std::array<int, kGenerations> tx{};
+        for (size_t g = 0; g < kGenerations; ++g) {
+          tx[g] = pair[g].get();
+          keep.push_back(tx[g]);
+        }
+        ctx.forward_tx.push_back(tx);
       }
+      if (quic->serving) ctx.quic_serving = quic->serving->words();
     }
     // Close everything else we inherited: the epoll and signal fds, pidfds, other slots' sockets.
     std::sort(keep.begin(), keep.end());
@@ -275,10 +300,13 @@ void Supervisor::on_child_ready(Child* child) {
     slot.current = child;
     slot.started_at = loop_.wall_seconds();
     slot.status = "running";
-    if (old && old != child && old->generation < child->generation && !old->sent_term) {
-      old->sent_term = true;
-      kill(old->pid, SIGTERM);  // drain: the new process is accepting on the same socket
-    }
+    // New connections of the slot (and QUIC Initials the old one reads) go to this one now.
+    if (options_.quic && options_.quic->serving)
+      options_.quic->serving->set(child->slot, child->generation);
+    if (old && old != child && old->generation < child->generation && !old->sent_term &&
+        !old->draining)
+      drain(old);  // the new process is accepting on the same socket
+    enforce_drain_bound(child->slot);
   } else if (!child->sent_term) {
     child->sent_term = true;  // an old generation's late starter: not needed any more
     kill(child->pid, SIGTERM);
@@ -293,6 +321,7 @@ void Supervisor::on_child_exit(Child* child, int code, int signo) {
   log_.info("process_exited", "slot={} pid={} generation={} how=\"{}\" ran_ms={}", child->slot,
             child->pid, child->generation, how, ran_ms);
   loop_.remove(child->pidfd.get());
+  child->kill_timer.cancel();  // its pid may be reused
   if (child->ready_rd) {
     // Its "ready" byte may be queued in this same epoll batch, after the exit: on_child_ready
     // must not make an exited child (destroyed after this round) the slot's current process.
@@ -303,7 +332,7 @@ void Supervisor::on_child_exit(Child* child, int code, int signo) {
     slot.current = nullptr;
     slot.last_exit = how;
   }
-  bool asked = terminating_ || child->sent_term;
+  bool asked = terminating_ || child->sent_term || child->draining;
   bool respawn = current && !asked && (signo != 0 || (code != 0 && code != kExitBadConfig));
   if (current) {
     // During a reload the slot may already have its next-generation process starting: that one
@@ -357,7 +386,50 @@ void Supervisor::on_child_exit(Child* child, int code, int signo) {
                          [child](const auto& c) { return c.get() == child; });
   loop_.destroy_later(std::move(*it));
   children_.erase(it);
+  // A new generation's process that waited for this one's generation index starts now.
+  // (spawn_waiting stays set until spawn() runs: check_finished counts it as pending.)
+  if (slot.spawn_waiting && !terminating_ && !index_holder(slot.index))
+    loop_.defer([this, i = slot.index] { spawn(i); });
   check_finished();
+}
+
+void Supervisor::drain(Child* child) {
+  if (options_.max_draining == 0) {
+    close_old(child, "max_draining_generations=0");
+    return;
+  }
+  child->draining = true;
+  child->drain_since = loop_.wall_seconds();
+  log_.info("process_draining", "slot={} pid={} generation={}", child->slot, child->pid,
+            child->generation);
+  kill(child->pid, kDrainSignal);
+}
+
+void Supervisor::close_old(Child* child, const char* reason) {
+  if (child->sent_term) return;
+  child->sent_term = true;
+  log_.info("process_closing", "slot={} pid={} generation={} reason={}", child->slot, child->pid,
+            child->generation, reason);
+  kill(child->pid, SIGTERM);  // its WebSockets get 1001; SIGKILL if it outstays stop_timeout
+  child->kill_timer.arm_after(options_.stop_timeout_ms);
+}
+
+void Supervisor::enforce_drain_bound(int slot) {
+  std::vector<Child*> draining;
+  for (auto& c : children_)
+    if (c->slot == slot && c->draining && !c->sent_term) draining.push_back(c.get());
+  std::sort(draining.begin(), draining.end(),
+            [](const Child* a, const Child* b) { return a->generation < b->generation; });
+  for (size_t i = 0; i + options_.max_draining < draining.size(); ++i)
+    close_old(draining[i], "max_draining_generations");  // the oldest first
+}
+
+Supervisor::Child* Supervisor::index_holder(int slot) const {
+  for (const auto& c : children_)
+    if (c->slot == slot && c->generation != generation_ &&
+        generation_index(c->generation) == generation_index(generation_))
+      return c.get();
+  return nullptr;
 }
 
 void Supervisor::reload(std::shared_ptr<ListenerSet> listeners, ChildMain main) {
@@ -370,6 +442,7 @@ void Supervisor::reload(std::shared_ptr<ListenerSet> listeners, ChildMain main) 
     slot->respawn.cancel();
     slot->backoff_ms = 0;
     if (!slot->current) slot->status = "starting";
+    slot->spawn_waiting = false;
   }
   for (int i = 0; i < options_.processes; ++i) spawn(i);
 }
@@ -416,11 +489,26 @@ void Supervisor::terminate() {
 void Supervisor::check_finished() {
   if (finished_ || !children_.empty()) return;
   bool pending = false;
-  for (auto& slot : slots_) pending = pending || slot->respawn.armed() || slot->current;
+  for (auto& slot : slots_)
+    pending = pending || slot->respawn.armed() || slot->current || slot->spawn_waiting;
   if (!terminating_ && pending) return;
   finished_ = true;
   stop_deadline_.cancel();
   if (on_finished) loop_.defer(on_finished);
+}
+
+std::vector<DrainingState> Supervisor::draining() const {
+  std::vector<DrainingState> out;
+  for (const auto& c : children_) {
+    if (!c->draining && !(c->sent_term && c->generation < generation_)) continue;
+    if (slots_[static_cast<size_t>(c->slot)]->current == c.get()) continue;
+    out.push_back(
+        {c->slot, c->pid, c->generation, c->drain_since, c->sent_term ? "closing" : "draining"});
+  }
+  std::sort(out.begin(), out.end(), [](const DrainingState& a, const DrainingState& b) {
+    return a.generation != b.generation ? a.generation < b.generation : a.slot < b.slot;
+  });
+  return out;
 }
 
 std::vector<SlotState> Supervisor::state() const {

@@ -14,9 +14,17 @@
 //  * terminate(): SIGTERM once to every live process, no more respawns; a second terminate() or
 //    the stop deadline sends SIGKILL. on_finished runs when every process has been reaped.
 //  * reload(): a new generation with a new spec (and, if the addresses changed, new sockets).
-//    Old process i is sent SIGTERM only once new process i reports ready, so a slot is never
-//    without a process accepting, and a new generation that fails to start leaves the old one
-//    serving. Unchanged sockets are shared by both generations: nothing is refused.
+//    Old process i is told to drain (kDrainSignal) only once new process i reports ready, so a
+//    slot is never without a process accepting, and a new generation that fails to start leaves
+//    the old one serving. Unchanged sockets are shared by the generations: nothing is refused. A
+//    draining process stops accepting, finishes its requests and keeps its upgraded connections
+//    (WebSockets, relays) until they close or its drain timeout passes, then exits 0.
+//  * draining generations: at most `max_draining` per slot; past it the oldest is sent SIGTERM
+//    (its WebSockets get 1001) and SIGKILL after stop_timeout_ms. Generations of a slot that run
+//    at once never share a generation index (generation % kGenerations: the QUIC CIDs and
+//    forwarding pairs, quic_sockets.h): a new process whose index is still held by an old one
+//    waits for that one's exit (it is sent SIGTERM), the slot's serving process meanwhile
+//    serving.
 //
 // A dead process's socket stays open here, so connections the kernel queued for it wait for its
 // replacement instead of being reset. Children arm PR_SET_PDEATHSIG(SIGTERM) and then check that
@@ -25,6 +33,7 @@
 // Single-threaded; one Supervisor per process (fork and signal dispositions are process-wide).
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <array>
@@ -46,6 +55,11 @@
 namespace corral::fanout {
 
 constexpr int kExitBadConfig = 78;  // a child exiting with this is not respawned
+// Sent to a process of an older generation once its successor is ready: drain (stop accepting,
+// keep upgraded connections until they close or the drain timeout). SIGTERM means close now.
+// SIGUSR2 rather than SIGHUP: a hangup of the terminal's process group must not drain every
+// serving process at once.
+constexpr int kDrainSignal = SIGUSR2;
 
 // The listening sockets of one configuration: per slot, one socket per address.
 struct ListenerSet {
@@ -67,12 +81,13 @@ struct ChildContext {
   uint64_t generation = 0;
   std::vector<int> listen_fds;  // this slot's sockets, one per address (owned by the child)
   // QUIC (empty without SupervisorOptions::quic): this slot's UDP sockets, one per QUIC address;
-  // this slot's forwarding socket of this generation's parity (read end); every slot's forwarding
-  // write ends, by slot and parity (generation & 1: a reload's old and new process of a slot read
-  // different pairs).
+  // this slot's forwarding socket of this generation's index (read end); every slot's forwarding
+  // write ends, by slot and generation index (generation % kGenerations: the processes of a slot
+  // that run at once read different pairs); the shared serving generation per slot.
   std::vector<int> udp_fds;
   int forward_rx = -1;
-  std::vector<std::array<int, 2>> forward_tx;
+  std::vector<std::array<int, kGenerations>> forward_tx;
+  const std::atomic<uint64_t>* quic_serving = nullptr;
   int ready_fd = -1;
   int link_fd = -1;  // SOCK_SEQPACKET to the supervisor (resolve addresses, later counters)
   // Tells the supervisor this process is serving (listeners adopted, routes published).
@@ -91,6 +106,9 @@ struct SupervisorOptions {
   uint32_t backoff_min_ms = 100;
   uint32_t backoff_max_ms = 30'000;
   uint32_t stop_timeout_ms = 20'000;  // after SIGTERM, SIGKILL what is left
+  // Older generations draining at once per slot (0: an old process is closed, not drained); at
+  // most kGenerations - 1.
+  uint32_t max_draining = kGenerations - 1;
   // QUIC sockets (make_quic_sockets with `processes` slots), or null. Unlike the ListenerSet they
   // never change with a reload: every generation and every respawn gets the same ones.
   std::shared_ptr<QuicSockets> quic;
@@ -108,6 +126,15 @@ struct SlotState {
   std::string status;  // starting | running | backoff | exited | failed (bad config) | stopped
 };
 
+// A process of an older generation still running (draining, or closing after the bound).
+struct DrainingState {
+  int slot = 0;
+  pid_t pid = 0;
+  uint64_t generation = 0;
+  time_t since = 0;    // when it was told to drain
+  std::string status;  // draining | closing
+};
+
 class Supervisor {
  public:
   Supervisor(core::EventLoop& loop, core::Logger& log, SupervisorOptions options);
@@ -122,6 +149,7 @@ class Supervisor {
   void terminate();
 
   std::vector<SlotState> state() const;
+  std::vector<DrainingState> draining() const;  // oldest first
   const std::shared_ptr<ListenerSet>& listeners() const { return listeners_; }
   uint64_t generation() const { return generation_; }
   bool terminating() const { return terminating_; }
@@ -139,6 +167,10 @@ class Supervisor {
   void on_child_ready(Child* child);
   void check_finished();
   void kill_all(int signo, bool old_only);
+  void drain(Child* child);
+  void close_old(Child* child, const char* reason);
+  void enforce_drain_bound(int slot);
+  Child* index_holder(int slot) const;  // an older live process with generation_'s index
 
   core::EventLoop& loop_;
   core::Logger& log_;

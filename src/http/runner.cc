@@ -57,23 +57,43 @@ int run_server(core::Logger& log, const RunOptions& options, std::shared_ptr<con
   if (options.on_listening) options.on_listening(server, bound);
   server.publish(std::move(site));
 
-  auto shutdown = [&](const signalfd_siginfo& si) {
+  // The first signal closes (or drains) gracefully; SIGTERM during a drain closes the upgraded
+  // connections too; one more stops the loop.
+  bool escalated = false;
+  auto begin_close = [&](const signalfd_siginfo& si, bool drain) {
     if (server.closing()) {
+      if (drain) return;
+      if (server.draining() && !escalated) {
+        escalated = true;
+        log.info("shutdown", "signal={} connections={} draining=1", si.ssi_signo,
+                 server.stats().active);
+        server.close(nullptr);
+        return;
+      }
       log.info("shutdown_forced", "signal={}", si.ssi_signo);
       loop.stop();
       return;
     }
-    log.info("shutdown", "signal={} connections={}", si.ssi_signo, server.stats().active);
+    log.info(drain ? "drain" : "shutdown", "signal={} connections={}", si.ssi_signo,
+             server.stats().active);
     int pending = companion.close ? 2 : 1;
     auto one_done = [&loop, pending]() mutable {
       if (--pending == 0) loop.stop();
     };
     auto shared_done = std::make_shared<std::function<void()>>(one_done);
-    server.close([shared_done] { (*shared_done)(); });
+    if (drain)
+      server.drain([shared_done] { (*shared_done)(); });
+    else
+      server.close([shared_done] { (*shared_done)(); });
+    // HTTP/3 has no upgraded connections: it drains as it closes (GOAWAY, running streams finish).
     if (companion.close) companion.close([shared_done] { (*shared_done)(); });
   };
+  auto shutdown = [&](const signalfd_siginfo& si) { begin_close(si, false); };
   (void)loop.on_signal(SIGTERM, shutdown);
   (void)loop.on_signal(SIGINT, shutdown);
+  if (options.drain_signal != 0)
+    (void)loop.on_signal(options.drain_signal,
+                         [&](const signalfd_siginfo& si) { begin_close(si, true); });
   (void)loop.on_signal(SIGHUP, [&](const signalfd_siginfo&) {
     if (!options.on_reload) return;
     if (auto p = options.on_reload()) {

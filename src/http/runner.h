@@ -1,6 +1,7 @@
 // run_server: the whole single-process server in one call, for the `corral` program and for
 // embedding applications: an event loop, the listeners, the Site, SIGTERM/SIGINT for a graceful
-// close and SIGHUP for a reload hook. Returns the process exit status (0 after a graceful close).
+// close, SIGHUP for a reload hook and, under a supervisor, a drain signal. Returns the process exit
+// status (0 after a graceful close).
 #pragma once
 
 #include <functional>
@@ -38,6 +39,10 @@ struct RunOptions {
   std::function<Companion(Server&)> on_server;
   // SIGHUP: return a new policy to apply (or null to keep the current one).
   std::function<std::shared_ptr<const AdmissionPolicy>()> on_reload;
+  // Non-zero: this signal drains (Server::drain, and the companion's close): a process of an
+  // older generation whose successor accepts now (fanout::kDrainSignal). SIGTERM after it closes
+  // the upgraded connections at once; a third signal stops the loop.
+  int drain_signal = 0;
 };
 
 int run_server(core::Logger& log, const RunOptions& options, std::shared_ptr<const Site> site);

@@ -42,7 +42,13 @@ Server::Server(core::EventLoop& loop, core::Logger& log, ServerOptions options)
                    [this] {
                      log_.info("close_timeout", "connections={}", stats_.active);
                      while (head_) head_->close_now();
-                     while (upgraded_) upgraded_->force_close();
+                     if (!draining_)
+                       while (upgraded_) upgraded_->force_close();
+                   }),
+      drain_timer_(loop.timers(),
+                   [this] {
+                     log_.info("drain_timeout", "upgraded={}", stats_.active);
+                     close_upgraded();
                    }),
       accept_pause_(loop.timers(), [this] { resume_accepting(); }) {}
 
@@ -89,7 +95,7 @@ void Server::attach(Upgraded* u) {
   upgraded_ = u;
   ++stats_.active;
   notify_idle();
-  if (closing_) u->server_closing();
+  if (closing_ && !draining_) u->server_closing();  // draining: a fresh socket is kept too
 }
 
 void Server::detach(Upgraded* u) {
@@ -212,7 +218,50 @@ void Server::connection_closed(Connection* c) {
 }
 
 void Server::close(std::function<void()> done) {
+  if (draining_) {
+    close_upgraded();  // SIGTERM during a drain: the WebSockets get their 1001 now
+    return;
+  }
   if (closing_) return;
+  stop_accepting(std::move(done));
+  for (Upgraded* u = upgraded_; u;) {
+    Upgraded* next = u->next_;
+    u->server_closing();
+    u = next;
+  }
+  if (head_ || upgraded_) close_timer_.arm_after(options_.close_timeout_ms);
+  maybe_finish_close();
+}
+
+void Server::drain(std::function<void()> done) {
+  if (closing_) return;
+  if (options_.drain_timeout_ms == 0) return close(std::move(done));
+  draining_ = true;
+  stop_accepting(std::move(done));
+  size_t upgraded = 0;
+  for (Upgraded* u = upgraded_; u; u = u->next_) ++upgraded;
+  log_.info("draining", "connections={} upgraded={} drain_ms={}", stats_.active - upgraded,
+            upgraded, options_.drain_timeout_ms);
+  if (head_) close_timer_.arm_after(options_.close_timeout_ms);
+  drain_timer_.arm_after(options_.drain_timeout_ms);
+  maybe_finish_close();
+}
+
+void Server::close_upgraded() {
+  if (!draining_) return;
+  draining_ = false;
+  drain_timer_.cancel();
+  for (Upgraded* u = upgraded_; u;) {
+    Upgraded* next = u->next_;
+    u->server_closing();
+    u = next;
+  }
+  // What does not finish its close handshake (and HTTP connections still running) is cut then.
+  if (head_ || upgraded_) close_timer_.arm_after(options_.close_timeout_ms);
+  maybe_finish_close();
+}
+
+void Server::stop_accepting(std::function<void()> done) {
   closing_ = true;
   close_done_ = std::move(done);
   accept_pause_.cancel();
@@ -226,18 +275,13 @@ void Server::close(std::function<void()> done) {
     c->begin_close();
     c = next;
   }
-  for (Upgraded* u = upgraded_; u;) {
-    Upgraded* next = u->next_;
-    u->server_closing();
-    u = next;
-  }
-  if (head_ || upgraded_) close_timer_.arm_after(options_.close_timeout_ms);
-  maybe_finish_close();
 }
 
 void Server::maybe_finish_close() {
   if (!closing_ || head_ || upgraded_ || !close_done_) return;
   close_timer_.cancel();
+  drain_timer_.cancel();
+  draining_ = false;
   log_.flush();
   auto done = std::move(close_done_);
   close_done_ = nullptr;

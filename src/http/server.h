@@ -6,7 +6,10 @@
 // arrive before the first publish() wait and are served once a site is published, or get 503 after
 // ready_timeout. publish() again swaps the site: requests in flight finish on the site they
 // started on. close() stops accepting, closes idle keep-alive connections, lets running requests
-// finish up to close_timeout, then closes the rest and calls `done`.
+// finish up to close_timeout, then closes the rest and calls `done`; upgraded connections
+// (WebSockets get 1001) are told to close at once. drain() (a reload: a newer generation accepts)
+// does the same for HTTP connections but keeps upgraded ones until they close or drain_timeout
+// passes, and only then closes them as close() does; close() during a drain does that at once.
 #pragma once
 
 #include <cstdint>
@@ -37,8 +40,12 @@ struct ServerOptions {
   uint32_t write_timeout_ms = 30'000;      // no write progress to a client that stopped reading
   uint32_t ready_timeout_ms = 10'000;      // waiting for the first publish()
   uint32_t close_timeout_ms = 10'000;      // graceful close: running requests get this long
-  uint32_t linger_timeout_ms = 2'000;      // reading (and dropping) after a final response
-  size_t max_connections = 10'000;         // per process; above it new connections get 503
+  // drain(): upgraded connections get this long (5 min: a chat or a live view outlives a
+  // config reload, and the default bound of 3 draining generations keeps reloads as often as
+  // every 100 s from cutting them early; 0: closed at once, as close()).
+  uint32_t drain_timeout_ms = 300'000;
+  uint32_t linger_timeout_ms = 2'000;  // reading (and dropping) after a final response
+  size_t max_connections = 10'000;     // per process; above it new connections get 503
   bool access_log = true;
   std::string server_name = "corral";
   std::string referrer_policy = "strict-origin-when-cross-origin";
@@ -77,7 +84,9 @@ class Server {
   // (idle ones at once, busy ones after their current response).
   void set_policy(std::shared_ptr<const AdmissionPolicy> policy);
   void close(std::function<void()> done);
-  bool closing() const { return closing_; }
+  void drain(std::function<void()> done);
+  bool closing() const { return closing_; }    // close() or drain(): not accepting
+  bool draining() const { return draining_; }  // drain(), upgraded connections still kept
 
   // Upgraded connections (WebSocket) stay known to the server: they count as connections, are
   // told when the server closes and when a new site is published, and close() waits for them.
@@ -107,6 +116,8 @@ class Server {
   void park(Connection* c) { parked_.push_back(c); }
   void unpark(Connection* c);
   void maybe_finish_close();
+  void stop_accepting(std::function<void()> done);
+  void close_upgraded();
   void resume_accepting();
 
   core::EventLoop& loop_;
@@ -126,8 +137,10 @@ class Server {
   time_t log_time_s_ = 0;
   char log_time_[32] = {};
   bool closing_ = false;
+  bool draining_ = false;
   std::function<void()> close_done_;
   core::Timer close_timer_;
+  core::Timer drain_timer_;
   core::Timer accept_pause_;
 };
 

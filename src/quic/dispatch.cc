@@ -3,24 +3,23 @@
 namespace corral::quic {
 
 Dispatch dispatch(const DispatchSelf& self, const DatagramFacts& d) {
-  const unsigned other = self.parity ^ 1u;
   if (d.forwarded) return {};
   if (self.steering && d.owner != kNoOwner && d.owner != self.slot) {
-    // A client-chosen DCID has no parity: it goes to the generation we think serves the slot
-    // (the newer one once we are closing; a datagram queued for a process that is not running
-    // yet waits in its pair).
-    unsigned parity = d.ours ? d.cid_parity : (self.closing ? other : self.parity);
-    return {Route::kToSlot, d.owner, parity};
+    // A client-chosen DCID has no generation: it goes to the one serving the slot (a datagram
+    // queued for a process that is not reading yet waits in its pair).
+    return {Route::kToSlot, d.owner, d.ours ? d.cid_generation : d.serving};
   }
   if (d.known) return {};
-  if (d.ours && d.owner == self.slot && d.cid_parity != self.parity) {
-    // Always: a newer generation's (we are closing, or generation 1) or an older one's that may
-    // still drain. (A deadline after which an older parity drew a stateless reset left a window
-    // at the next reload in which an old process not yet told to close reset the new
-    // generation's first connections; the price is no reset for a killed older generation.)
-    return {Route::kToOtherGeneration, self.slot, other};
+  if (d.ours && d.owner == self.slot && d.cid_generation != self.generation) {
+    // Always: a newer generation's (we are draining, or it is) or an older one's that may still
+    // drain. (A deadline after which an older index drew a stateless reset left a window at the
+    // next reload in which an old process not yet told to drain reset the new generation's first
+    // connections; the price is no reset for a killed older generation.) The supervisor never
+    // lets two live processes of a slot share an index.
+    return {Route::kToOtherGeneration, self.slot, d.cid_generation};
   }
-  if (d.long_header && self.closing) return {Route::kToOtherGeneration, self.slot, other};
+  if (d.long_header && self.closing && d.serving != self.generation)
+    return {Route::kToOtherGeneration, self.slot, d.serving};
   return {};
 }
 

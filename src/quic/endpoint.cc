@@ -334,20 +334,21 @@ void Endpoint::process(Socket& s, const Datagram& d) {
   // generations (our slot's old and new process share its UDP socket during a reload).
   DispatchSelf self;
   self.slot = ctx_.slot;
-  self.parity = ctx_.parity();
+  self.generation = ctx_.generation_index();
   self.steering = ctx_.mode != SteeringMode::kOff && ctx_.key.slots > 1;
   self.closing = closing_;
   DatagramFacts facts;
   facts.forwarded = d.forwarded;
   facts.owner = packet_owner(d.data, d.len, ctx_.key);
   facts.ours = ours;
-  facts.cid_parity = ours ? cid_parity(vc.dcid) : 0;
+  facts.cid_generation = ours ? cid_generation(vc.dcid) : 0;
   facts.known = it != table_.end();
   facts.long_header = vc.version != 0;
+  facts.serving = ctx_.serving_index(facts.owner != kNoOwner ? facts.owner : ctx_.slot);
   Dispatch to = dispatch(self, facts);
   if (to.route != Route::kHere) {
     int fd = static_cast<size_t>(to.slot) < ctx_.forward_tx.size()
-                 ? ctx_.forward_tx[static_cast<size_t>(to.slot)][to.parity]
+                 ? ctx_.forward_tx[static_cast<size_t>(to.slot)][to.generation]
                  : -1;
     // No pair for the other generation (a single-generation embedding): handle it here.
     if (fd >= 0 || to.route == Route::kToSlot) {
@@ -498,7 +499,7 @@ void Endpoint::send_retry(Socket& s, const Datagram& d, const ngtcp2_pkt_hd& hd)
   ngtcp2_cid scid;
   scid.datalen = kCidLength;
   // Tagged with our slot: the client's next Initial carries it and is steered back here.
-  make_cid(scid.data, static_cast<uint32_t>(ctx_.slot), ctx_.key.tag, ctx_.parity());
+  make_cid(scid.data, static_cast<uint32_t>(ctx_.slot), ctx_.key.tag, ctx_.generation_index());
   uint8_t token[NGTCP2_CRYPTO_MAX_RETRY_TOKENLEN];
   auto tokenlen =
       ngtcp2_crypto_generate_retry_token(token, secret(), kSecretLen, hd.version, sa(d.remote),

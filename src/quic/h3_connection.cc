@@ -112,7 +112,7 @@ bool H3Connection::init(const ngtcp2_pkt_hd& hd, const ngtcp2_cid& odcid, bool r
   ngtcp2_cid scid;
   scid.datalen = kCidLength;
   do {
-    make_cid(scid.data, static_cast<uint32_t>(ctx.slot), ctx.key.tag, ctx.parity());
+    make_cid(scid.data, static_cast<uint32_t>(ctx.slot), ctx.key.tag, ctx.generation_index());
   } while (ep_.cid_taken(scid.data, scid.datalen));
 
   ngtcp2_callbacks cb{};
@@ -238,7 +238,7 @@ int H3Connection::on_get_new_connection_id(ngtcp2_conn*, ngtcp2_cid* cid, uint8_
   if (cidlen != kCidLength) return NGTCP2_ERR_CALLBACK_FAILURE;
   const auto& ctx = c->ep_.ctx();
   do {
-    make_cid(cid->data, static_cast<uint32_t>(ctx.slot), ctx.key.tag, ctx.parity());
+    make_cid(cid->data, static_cast<uint32_t>(ctx.slot), ctx.key.tag, ctx.generation_index());
     cid->datalen = cidlen;
   } while (c->ep_.cid_taken(cid->data, cidlen));
   if (ngtcp2_crypto_generate_stateless_reset_token(token, c->ep_.secret(), Endpoint::kSecretLen,

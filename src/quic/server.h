@@ -6,9 +6,10 @@
 // One process is slot `ctx.slot` of a fan-out: every connection ID it issues carries the slot and
 // the deployment tag (steering.h). Datagrams the kernel hands to the wrong process are forwarded
 // to their owner over the forwarding sockets (forward.h); datagrams forwarded to us are served as
-// if they had arrived on our UDP socket for their local address. During a SIGHUP reload the old
-// and the new process of a slot share its UDP socket; every CID carries its generation's parity,
-// and each hands the other's datagrams over through the slot's pair of that parity (dispatch.h).
+// if they had arrived on our UDP socket for their local address. During SIGHUP reloads the new
+// process of a slot and the old ones still draining share its UDP socket; every CID carries its
+// generation's index, and each hands the others' datagrams over through the slot's pair of that
+// index (dispatch.h).
 //
 // Lifetime: construct after the http::Server (it borrows it, its loop and its logger), start(),
 // close(done) on shutdown (GOAWAY, drain up to the server's close_timeout, then CONNECTION_CLOSE

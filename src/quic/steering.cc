@@ -6,9 +6,9 @@
 
 namespace corral::quic {
 
-void make_cid(uint8_t out[kCidLength], uint32_t slot, uint32_t tag, unsigned parity) {
+void make_cid(uint8_t out[kCidLength], uint32_t slot, uint32_t tag, unsigned generation) {
   (void)gnutls_rnd(GNUTLS_RND_NONCE, out, kCidLength);
-  out[0] = static_cast<uint8_t>((out[0] & 0xFE) | (parity & 1u));
+  out[0] = static_cast<uint8_t>((out[0] & ~kGenerationMask) | (generation & kGenerationMask));
   out[1] = static_cast<uint8_t>(slot);
   out[2] = static_cast<uint8_t>(tag >> 24);
   out[3] = static_cast<uint8_t>(tag >> 16);

@@ -43,8 +43,8 @@ int serve(const ProcessContext& ctx) {
         if (!mine) {
           auto local = core::local_address(udp);
           h.local = local.value();
-          (void)forward_datagram(ctx.forward_tx.at(static_cast<size_t>(owner))[ctx.parity()], h,
-                                 buf, len);
+          (void)forward_datagram(
+              ctx.forward_tx.at(static_cast<size_t>(owner))[ctx.generation_index()], h, buf, len);
         } else {
           char reply[64];
           int r = snprintf(reply, sizeof reply, "slot=%d pid=%d via=direct", ctx.slot, getpid());

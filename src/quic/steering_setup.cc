@@ -43,7 +43,8 @@ core::Result<SteeringRequest> parse_steering_request(std::string_view text) {
 }
 
 ProcessContext Steering::context(int slot, uint64_t generation, std::vector<int> udp_fds,
-                                 int forward_rx, std::vector<ForwardPair> forward_tx) const {
+                                 int forward_rx, std::vector<ForwardPair> forward_tx,
+                                 ServingGenerations serving) const {
   ProcessContext ctx;
   ctx.slot = slot;
   ctx.generation = generation;
@@ -52,6 +53,7 @@ ProcessContext Steering::context(int slot, uint64_t generation, std::vector<int>
   ctx.udp_fds = std::move(udp_fds);
   ctx.forward_rx = forward_rx;
   ctx.forward_tx = std::move(forward_tx);
+  ctx.serving = serving;
   return ctx;
 }
 

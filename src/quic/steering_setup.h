@@ -41,9 +41,10 @@ struct Steering {
 
   // The steering part of the ProcessContext of slot `slot`'s process of SIGHUP generation
   // `generation` (slot, generation, key, mode and the fds it inherited: fanout::ChildContext's
-  // udp_fds, forward_rx, forward_tx). The caller adds secrets and credentials.
+  // udp_fds, forward_rx, forward_tx, serving). The caller adds secrets and credentials.
   ProcessContext context(int slot, uint64_t generation, std::vector<int> udp_fds, int forward_rx,
-                         std::vector<ForwardPair> forward_tx) const;
+                         std::vector<ForwardPair> forward_tx,
+                         ServingGenerations serving = nullptr) const;
 };
 
 // `groups[a]`: QUIC address a's UDP sockets in slot order (fanout::QuicSockets::group(a)), each

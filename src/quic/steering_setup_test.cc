@@ -66,17 +66,22 @@ TEST(SteeringSetup, ContextCarriesTheSharedKey) {
   auto log = quiet_log();
   auto s = setup_steering({q.group(0)}, 2, SteeringRequest::kForward, log);
   ASSERT_TRUE(s.ok());
-  auto ctx = (*s)->context(1, 2, {7, 8}, 9, {{10, 11}, {12, 13}});
+  auto ctx = (*s)->context(1, 6, {7, 8}, 9, {{10, 11, 12, 13}, {14, 15, 16, 17}});
   EXPECT_EQ(ctx.slot, 1);
-  EXPECT_EQ(ctx.generation, 2u);
-  EXPECT_EQ(ctx.parity(), 0u);
+  EXPECT_EQ(ctx.generation, 6u);
+  EXPECT_EQ(ctx.generation_index(), 2u);
+  EXPECT_EQ(ctx.serving_index(0), 2u);  // nobody publishes it: our own
   EXPECT_EQ(ctx.key.tag, (*s)->key.tag);
   EXPECT_EQ(ctx.key.seed, (*s)->key.seed);
   EXPECT_EQ(ctx.key.slots, 2u);
   EXPECT_EQ(ctx.mode, SteeringMode::kForward);
   EXPECT_EQ(ctx.udp_fds, (std::vector<int>{7, 8}));
   EXPECT_EQ(ctx.forward_rx, 9);
-  EXPECT_EQ(ctx.forward_tx, (std::vector<ForwardPair>{{10, 11}, {12, 13}}));
+  EXPECT_EQ(ctx.forward_tx, (std::vector<ForwardPair>{{10, 11, 12, 13}, {14, 15, 16, 17}}));
+  std::atomic<uint64_t> serving[2] = {7, 9};
+  ctx.serving = serving;
+  EXPECT_EQ(ctx.serving_index(0), 3u);
+  EXPECT_EQ(ctx.serving_index(1), 1u);
 }
 
 TEST(SteeringSetup, BpfLoadsOneProgramPerAddress) {

@@ -190,3 +190,53 @@ def test_handshakes_through_two_reloads(server_factory, tmp_path, steering):
     print(f"{steering}: after the reloads pids {sorted(pids)}; generation 1 was {sorted(old)}")
     assert pids and pids <= newest, (pids, newest)
     assert not pids & old
+
+
+@pytest.mark.parametrize("steering", steerings())
+def test_downloads_survive_three_reloads(server_factory, tmp_path, steering):
+    """Issue 11: a connection of generation 1 keeps being served while generations 2, 3 and 4
+    start. With one generation bit, generation 3 shared generation 1's parity (its CIDs and its
+    forwarding pair): the datagrams of generation 1's downloads it read drew stateless resets.
+    Small flow-control windows keep the downloads running across the three reloads."""
+    srv = start(server_factory, tmp_path, steering)
+    port = srv.tls_port
+    clients = []
+    for i in range(4):
+        d = tmp_path / f"dl{i}"
+        d.mkdir()
+        log = open(tmp_path / f"client{i}.log", "w")
+        p = subprocess.Popen(
+            [GTLSCLIENT, "-q", "--exit-on-all-streams-close", "--timeout=30s",
+             "--max-data=65536", "--max-stream-data-bidi-local=65536",
+             f"--download={d}", "127.0.0.1", str(port), f"https://localhost:{port}/big.bin"],
+            stdout=log, stderr=subprocess.STDOUT)
+        clients.append((p, d / "big.bin", log))
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            sizes = [f.stat().st_size if f.exists() else 0 for _, f, _ in clients]
+            if all(s >= 1 << 20 for s in sizes):
+                break
+            time.sleep(0.02)
+        for generation in (2, 3, 4):
+            reload(srv, generation)
+        sizes = [f.stat().st_size if f.exists() else 0 for _, f, _ in clients]
+        print(f"{steering}: after the third reload the downloads had {[s >> 20 for s in sizes]} MiB")
+        assert all(s < BIG for s in sizes), "downloads too fast to span the reloads"
+        for p, _, _ in clients:
+            p.wait(timeout=120)
+    finally:
+        for p, _, log in clients:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            log.close()
+    sizes = [f.stat().st_size if f.exists() else 0 for _, f, _ in clients]
+    complete = sum(1 for s in sizes if s == BIG)
+    srv.stop()
+    print(f"{steering}: {complete}/{len(clients)} downloads complete, sizes {sizes}, "
+          f"forwarded_generation={forwarded_generation(srv)}")
+    if complete != len(clients):
+        bad = sizes.index(next(s for s in sizes if s != BIG))
+        print((tmp_path / f"client{bad}.log").read_text(errors="replace")[-3000:])
+    assert complete == len(clients), sizes
