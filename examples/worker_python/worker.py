@@ -404,6 +404,34 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
         self.socket.close()  # the unbound one TCPServer made
         self.socket = sock
         self.server_address = sock.getsockname()
+        self.runtime = handler.runtime
+
+    # A connection counts as a request in flight from its accept until its first request is read
+    # (Handler.dispatch): the proxy sent it for a request, so the worker is not idle, and a stop
+    # waits for it, from the accept on, not from the moment a busy machine gets to parse it.
+    def process_request(self, request, client_address):  # the accepting thread
+        self.runtime.request_started()
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.runtime.request_finished()
+            raise
+
+    def finish_request(self, request, client_address):  # the connection's own thread
+        _connection.unread = True
+        try:
+            super().finish_request(request, client_address)
+        finally:
+            _first_request_read(self.runtime)
+
+
+_connection = threading.local()  # per connection thread: `unread` until its first request
+
+
+def _first_request_read(runtime):
+    if getattr(_connection, "unread", False):
+        _connection.unread = False
+        runtime.request_finished()
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -431,6 +459,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         path, _, query = self.path.partition("?")
         route = routes.get((self.command, path))
         self.runtime.request_started()
+        _first_request_read(self.runtime)  # after: no idle flip in between
         try:
             length = int(self.headers.get("Content-Length") or 0)
             self.body = self.rfile.read(length) if length else b""

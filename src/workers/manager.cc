@@ -1,6 +1,7 @@
 #include "workers/manager.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -246,6 +247,10 @@ struct Manager::Worker final : core::IoHandler {
   pid_t pid = 0;
   core::UniqueFd pidfd;
   core::UniqueFd control;
+  // Our copy of its listening socket: nothing here accepts, but its queue tells whether a
+  // connection is waiting for the worker (check_idle), and with it open a connection the worker
+  // never accepted is not reset when the worker closes its copy.
+  core::UniqueFd listener;
   Control control_handler;
   OutputReader out, err;
   core::Timer start_timer, kill_timer, link_check;
@@ -692,7 +697,6 @@ void Manager::start(Slot& slot) {
   LaunchSpec spec{cfg.command, cfg.env, core::wire_encode(slot.address), options_.state_dir,
                   listener->get()};
   auto launched = launcher_->launch(spec);
-  listener->reset();  // the child has its copy; nothing here accepts
   if (!launched) {
     ::unlink(slot.socket_path.c_str());
     return fail(slot, public_error("The worker could not be started.", "start_failed"),
@@ -704,6 +708,7 @@ void Manager::start(Slot& slot) {
   w->control = std::move(launched->control);
   w->out.fd = std::move(launched->out);
   w->err.fd = std::move(launched->err);
+  w->listener = std::move(*listener);
   w->started_at = loop_.wall_seconds();
   Worker* wp = w.get();
   w->start_timer.bind(loop_.timers(), [this, wp] { on_start_timeout(*wp); });
@@ -861,6 +866,10 @@ void Manager::begin_stop(Worker& w, std::string_view why) {
   if (!slot.start_queued)
     answer(slot, {{}, 503, public_error("The worker was stopped.", "stopped")});
   log_.info("worker_stopping", "address=\"{}\" pid={} reason={}", slot.address, w.pid, why);
+  // From now on a connect finds no socket (ENOENT), which the proxy knows never sent anything and
+  // so tries again through a fresh resolve (a start queued behind this stop). Left in place, it
+  // would queue on a worker that no longer accepts and be reset at its exit: for a POST, a 502.
+  remove_socket(slot);
   // Without a link, SIGTERM is the same request (the worker library treats them alike).
   if (!send(w, {{"type", "shutdown"}})) kill(-w.pid, SIGTERM);
   w.kill_timer.arm_after(slot.kind->config.stop_grace_ms);
@@ -1002,6 +1011,15 @@ int Manager::log_fd(const Kind& kind) {
   return raw;
 }
 
+// A connection in the worker's accept queue: a request handed to it that it has not taken yet
+// (its `idle` flips when it reads one). A server process may have sent it any time after `ready`,
+// and under load the worker may take longer than `idle` to accept: stopping it now would reset
+// that connection, losing the request.
+bool Manager::connection_waiting(const Worker& w) {
+  pollfd p{w.listener.get(), POLLIN, 0};
+  return w.listener && ::poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
+}
+
 void Manager::arm_idle_check() {
   if ((workers_live_ > 0 || !queue_.empty()) && !idle_check_.armed())
     idle_check_.arm_after(options_.idle_check_ms);
@@ -1015,7 +1033,7 @@ void Manager::check_idle() {
   for (auto& [address, slot] : slots_) {
     Worker* w = slot->worker.get();
     if (w && w->ready && !w->stopping && w->idle &&
-        now - w->idle_since >= slot->kind->config.idle_ms)
+        now - w->idle_since >= slot->kind->config.idle_ms && !connection_waiting(*w))
       due.push_back(w);
   }
   for (Worker* w : due) begin_stop(*w, "idle");

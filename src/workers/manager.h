@@ -17,13 +17,16 @@
 //    to those three strings) until retry(): resolve() answers 503 at once, nothing forks. The full
 //    error and the stderr tail go only to the log (`worker_failed`).
 //  * idle: checked every second; a worker idle (its last `ready`/`idle` said so) for the kind's
-//    idle_ms since then is stopped, never before `ready`.
-//  * stop: `shutdown` (SIGTERM to the group if the link is gone), SIGKILL to the process group
-//  after
-//    stop_grace_ms. A lost control link while the child lives starts a stop; after `ready` it is
-//    recovered from once per minute (`worker_link_lost`), a second within a minute (or one before
-//    `ready`) fails the address. An EOF is only called a lost link if the child is still alive
-//    kLinkCheckMs later: a dying child closes its fds a moment before its pidfd reports the exit.
+//    idle_ms since then is stopped, never before `ready`, and not while a connection waits in its
+//    socket's accept queue (a request it has not taken yet: the manager keeps a copy of the
+//    listening socket to see that).
+//  * stop: the socket file is removed at once (a connect then fails before sending anything, and
+//    the proxy resolves again: the start is queued behind the stop), `shutdown` (SIGTERM to the
+//    group if the link is gone), SIGKILL to the process group after stop_grace_ms. A lost control
+//    link while the child lives starts a stop; after `ready` it is recovered from once per minute
+//    (`worker_link_lost`), a second within a minute (or one before `ready`) fails the address. An
+//    EOF is only called a lost link if the child is still alive kLinkCheckMs later: a dying child
+//    closes its fds a moment before its pidfd reports the exit.
 //  * close(done): cancels queued starts (their waiters get an error), stops every worker; exits
 //    during close are never failures; `done` runs once no child is left.
 //  * bounds (issue 11): at most max_starting workers between fork and `ready` (or exit) at once,
@@ -208,6 +211,7 @@ class Manager {
   void on_start_timeout(Worker& w);
   void on_output(Worker& w, bool is_err, std::string_view data, bool eof);
   void check_idle();
+  static bool connection_waiting(const Worker& w);
   void arm_idle_check();
   bool send(Worker& w, const nlohmann::json& msg);
   void read_control(Worker& w);

@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -365,6 +366,54 @@ TEST_F(ManagerTest, BusyWorkerIsKeptUntilItReportsIdle) {
   uint64_t t0 = core::monotonic_ms();
   EXPECT_TRUE(gone(m, "doc:b"));
   EXPECT_GE(core::monotonic_ms() - t0, 300u);  // idle at ~1 s, then 200 ms of idle time
+}
+
+// A request handed to a worker that has not accepted it yet (under load a worker may take longer
+// than `idle` to accept) keeps the worker: stopping it would reset the connection, and a POST on
+// it would be lost (the proxy answers 502 for a request that may have left).
+TEST_F(ManagerTest, ConnectionWaitingToBeAcceptedKeepsIdleWorker) {
+  kind_.idle_ms = 200;
+  data_["doc:q"] = {{"accept_after", 1'500}};  // says idle, accepts only 1.5 s after `ready`
+  Manager& m = make(/*idle_check_ms=*/50);
+  auto r = resolve(m, "doc:q");
+  ASSERT_TRUE(r.ok());
+  auto fd = core::connect_unix(r.socket_path);  // queued: nobody accepts yet
+  ASSERT_TRUE(fd.ok()) << fd.error().reason;
+  // Answered once the worker accepts; the manager runs meanwhile (had it stopped the worker, the
+  // connection would be reset: the read fails).
+  std::string got;
+  ASSERT_TRUE(run_until([&] {
+    pollfd p{fd->get(), POLLIN, 0};
+    if (::poll(&p, 1, 0) <= 0) return false;
+    char buf[64];
+    ssize_t n = ::read(fd->get(), buf, sizeof buf);
+    got.assign(buf, static_cast<size_t>(std::max<ssize_t>(n, 0)));
+    return true;
+  }));
+  EXPECT_EQ(got, "hello doc:q\n");
+  // Nothing waits any more: stopped once idle.
+  EXPECT_TRUE(gone(m, "doc:q"));
+  EXPECT_EQ(forks_, 1);
+  EXPECT_EQ(supervisor_log().find("worker_failed"), std::string::npos);
+}
+
+// From the stop on, a connect fails (nothing is sent, so the proxy resolves again and the new
+// worker, queued behind the stop, answers) instead of queueing on a worker that no longer accepts.
+TEST_F(ManagerTest, StoppingWorkerTakesNoNewConnection) {
+  data_["doc:r"] = {{"exit_on_shutdown_slowly", 1'000}};
+  Manager& m = make();
+  auto r = resolve(m, "doc:r");
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(m.stop("doc:r"));
+  EXPECT_EQ(status(m, "doc:r"), "stopping");
+  auto fd = core::connect_unix(r.socket_path);
+  ASSERT_FALSE(fd.ok());
+  EXPECT_EQ(fd.error().code, ENOENT) << fd.error().reason;
+  // A resolve meanwhile waits for the exit, then gets the new worker's socket.
+  auto r2 = resolve(m, "doc:r");
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ(forks_, 2);
+  EXPECT_TRUE(core::connect_unix(r2.socket_path).ok());
 }
 
 TEST_F(ManagerTest, StopDuringStartWaitsForStartedThenStops) {

@@ -557,8 +557,9 @@ def test_many_addresses_at_once(corral, worker_kind):
 
     with concurrent.futures.ThreadPoolExecutor(n) as ex:
         results = list(ex.map(first, range(n)))
-    bad = [(i, r[0], r[2]) for i, r in enumerate(results) if (r[0], r[2]) != (200, b"1\n")]
-    assert not bad, bad[:5]
+    bad = [(i, r[0], r[1].get("corral-proxy-error"), r[2]) for i, r in enumerate(results)
+           if (r[0], r[2]) != (200, b"1\n")]
+    assert not bad, f"{bad[:5]}\nlog:\n{c.srv.log()[-6000:]}"
     assert c.starts() == n
     st = c.state()
     pids = {e["pid"] for e in st.values() if "pid" in e}

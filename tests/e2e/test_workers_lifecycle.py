@@ -245,6 +245,23 @@ def test_worker_idle_from_its_start_is_stopped(fake):
     assert "worker_failed" not in c.srv.log()
 
 
+def test_post_waiting_to_be_accepted_is_not_lost_to_the_idle_stop(fake):
+    """The first POST to an address reaches the worker's socket, but the worker takes longer
+    than `idle` to accept it (as a loaded machine makes a worker slow): the worker says idle all
+    the while, yet the connection waiting in its accept queue keeps it, and the POST is answered.
+    (Stopped with it queued, the connection was reset and the POST, which the proxy cannot know
+    had not been read, got a 502: the flake of test_many_addresses_at_once under load.)"""
+    c = fake({"accept_after": 3000}, idle="500ms")
+    status, headers, body = c.request("POST", "/fake/q/x", body=b"", timeout=30)
+    assert (status, body) == (200, b"hello fake:q\n"), \
+        (status, headers.get("corral-proxy-error"), c.srv.log()[-3000:])
+    assert c.starts() == 1
+    pid = pid_with(c, "accepting")
+    c.wait_gone("fake:q", timeout=10)  # idle again once it was served
+    poll(lambda: not alive(pid), 5, what="the idle worker's exit")
+    assert "worker_failed" not in c.srv.log()
+
+
 def test_close_cancels_a_start_and_reports_no_failure(fake):
     """SIGTERM to the supervisor while a worker is between `started` and `ready`: the start is
     cancelled (its waiter gets an error or loses its connection), the worker stopped, exit 0,

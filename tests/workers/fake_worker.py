@@ -10,8 +10,10 @@ Start data keys (all optional):
   slow_ready: ms between `started` and `ready`         idle: the idle flag of `ready` (default true)
   idle_after: ms after ready, send {idle: true}         crash_after: ms (crash_after_ready, default 50)
   exit_on_shutdown_slowly: ms to wait after `shutdown` before exiting
+  accept_after: ms after `ready` before the first accept (a worker slow to take the connections
+        waiting for it, as under load; it still says idle meanwhile)
   shutdown_exit_code: the exit status after `shutdown` (default 0; non-zero: a crash while stopping)
-  events: a file to append "<monotonic> <pid> <event>" lines to (started, ready, exiting)
+  events: a file to append "<monotonic> <pid> <event>" lines to (started, ready, accepting, exiting)
 Every connection to fd 4 gets "hello <address>\n" (with FAKE_WORKER_HTTP=1 in the environment,
 as the body of an HTTP/1.1 200 response, for tests through the real binary; with
 FAKE_WORKER_INTERIM=1 too, the 200 comes after a 100 Continue and a 103 Early Hints, each in its
@@ -45,7 +47,14 @@ def send(msg):
     control.send(json.dumps(msg).encode())
 
 
-def serve():
+ready_sent = threading.Event()
+
+
+def serve(accept_after_ms):
+    if accept_after_ms:
+        ready_sent.wait()
+        time.sleep(accept_after_ms / 1000)
+        event("accepting")
     while True:
         try:
             conn, _ = listener.accept()
@@ -120,10 +129,11 @@ def main():
     if mode == "crash_before_ready":
         time.sleep(data.get("crash_after", 50) / 1000)
         os._exit(3)
-    threading.Thread(target=serve, daemon=True).start()
+    threading.Thread(target=serve, args=(data.get("accept_after", 0),), daemon=True).start()
     time.sleep(data.get("slow_ready", 0) / 1000)
     send({"type": "ready", "idle": data.get("idle", True)})
     event("ready")
+    ready_sent.set()
     if mode == "close_link":
         time.sleep(0.02)
         control.close()
