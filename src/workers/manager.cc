@@ -191,8 +191,8 @@ DefaultBound default_max_workers() {
     if (auto pids = read_number(dir + "/pids.max"))
       consider(*pids / 4, fmt::format("{}/pids.max {} / 4", dir, *pids));
   if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
-    consider(r.rlim_cur > 64 ? (r.rlim_cur - 64) / 5 : 1,
-             fmt::format("(RLIMIT_NOFILE {} - 64) / 5", r.rlim_cur));
+    consider(r.rlim_cur > 64 ? (r.rlim_cur - 64) / 6 : 1,
+             fmt::format("(RLIMIT_NOFILE {} - 64) / 6", r.rlim_cur));
   return b;
 }
 

@@ -111,7 +111,7 @@ size_t default_max_starting();
 // the supervisor (pidfd, control link, stdout, stderr), so the bound is the smallest of 1024, a
 // quarter of the tasks left to this user/cgroup/machine (RLIMIT_NPROC, the cgroup's pids.max,
 // kernel.pid_max: workers may have threads, and the rest of the machine needs some too) and
-// (RLIMIT_NOFILE - 64) / 5, at least 1. `basis` says which one decided.
+// (RLIMIT_NOFILE - 64) / 6, at least 1. `basis` says which one decided.
 struct DefaultBound {
   size_t value;
   std::string basis;
