@@ -10,7 +10,8 @@ set -Eeuo pipefail
 . "$(dirname "$0")/steps.sh"
 trap 'on_error $LINENO' ERR
 
-build=(cmake ninja-build g++ pkg-config node-llhttp nlohmann-json3-dev libtomlplusplus-dev
+# python3: CMake's configure finds it for the tests (tests/CMakeLists.txt) in every preset.
+build=(cmake ninja-build g++ pkg-config python3 node-llhttp nlohmann-json3-dev libtomlplusplus-dev
        libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libsqlite3-dev
        libgnutls28-dev zlib1g-dev libngtcp2-dev libngtcp2-crypto-gnutls-dev libnghttp3-dev
        libbpf-dev clang)
@@ -45,7 +46,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     "check the network and the APT sources (/etc/apt/sources.list.d/), then rerun" \
     "${sudo[@]}" apt-get update
   # Debian's npm alone pulls in a few hundred node-* packages; chromium is ~100 MB.
-  quiet_step "apt-get install ${#missing[@]} packages: ${missing[*]}" \
+  say "missing: ${missing[*]}"
+  quiet_step "apt-get install (${#missing[@]} packages)" \
     "read apt's messages above; run the same apt-get install by hand to see the whole story" \
     "${sudo[@]}" apt-get install -y --no-install-recommends "${missing[@]}"
 fi
