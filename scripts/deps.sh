@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
 # Installs the Debian packages corral needs, only those missing; silent when nothing is.
 # Usage: scripts/deps.sh build|test|bench
-set -euo pipefail
+#
+# `test` installs every program a test runs (tests/e2e, tests/quic, tests/worker, tests/node,
+# fuzz/smoke.sh): curl, openssl, wrk (e2e.test_fanout), gtlsclient (ngtcp2-client), chromium,
+# pgrep (procps), python3 with pytest/requests/websockets, node + npm, clang's libFuzzer runtime.
+# A test that needs a program not listed here fails on a fresh machine: add it here.
+set -Eeuo pipefail
+. "$(dirname "$0")/steps.sh"
+trap 'on_error $LINENO' ERR
 
-build=(cmake ninja-build g++ pkg-config node-llhttp nlohmann-json3-dev libtomlplusplus-dev
+# python3: CMake's configure finds it for the tests (tests/CMakeLists.txt) in every preset.
+build=(cmake ninja-build g++ pkg-config python3 node-llhttp nlohmann-json3-dev libtomlplusplus-dev
        libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libsqlite3-dev
        libgnutls28-dev zlib1g-dev libngtcp2-dev libngtcp2-crypto-gnutls-dev libnghttp3-dev
        libbpf-dev clang)
-test=(libclang-rt-14-dev ngtcp2-client chromium curl python3 python3-pytest python3-requests python3-websockets)
-bench=(wrk nginx-light strace ngtcp2-server)
+test=(libclang-rt-14-dev ngtcp2-client chromium curl openssl procps wrk python3 python3-pytest
+      python3-requests python3-websockets)
+bench=(nginx-light strace ngtcp2-server)
 
 want=("${build[@]}")
 case "${1:-build}" in
@@ -28,11 +37,27 @@ if [ "${1:-build}" != build ]; then
   command -v node >/dev/null 2>&1 || missing+=(nodejs)
   command -v npm >/dev/null 2>&1 || missing+=(npm)
 fi
-[ ${#missing[@]} -eq 0 ] && exit 0
 
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
-echo "corral: installing ${missing[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq >/dev/null
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=()
+  [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  quiet_step "apt-get update" \
+    "check the network and the APT sources (/etc/apt/sources.list.d/), then rerun" \
+    "${sudo[@]}" apt-get update
+  # Debian's npm alone pulls in a few hundred node-* packages; chromium is ~100 MB.
+  say "missing: ${missing[*]}"
+  quiet_step "apt-get install (${#missing[@]} packages)" \
+    "read apt's messages above; run the same apt-get install by hand to see the whole story" \
+    "${sudo[@]}" apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+
+# The Node test clients (tests/node/package-lock.json: undici 6, ws 8) need Node >= 18.17
+# (Debian 12 ships 18.19).
+if [ "${1:-build}" != build ] &&
+   ! node -e 'const [a, b] = process.versions.node.split(".").map(Number);
+              process.exit(a > 18 || (a === 18 && b >= 17) ? 0 : 1)'; then
+  say "FAILED: node $(node --version) is older than 18.17, which tests/node's undici needs"
+  say "what to do: install Debian 12's nodejs (18.19) or newer"
+  exit 1
+fi

@@ -17,12 +17,19 @@ std::string demo_worker_path() {
   return exe.substr(0, slash + 1) + std::string(kDemoWorkerProgram);
 }
 
-std::optional<WorkerKind> demo_worker_kind() {
+std::optional<WorkerKind> demo_worker_kind(std::string* why) {
   std::string path = demo_worker_path();
-  if (path.empty()) return std::nullopt;
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || ::access(path.c_str(), X_OK) != 0)
+  auto no = [why](std::string reason) {
+    if (why) *why = std::move(reason);
     return std::nullopt;
+  };
+  if (path.empty()) return no("the running binary's path (/proc/self/exe) cannot be read");
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    return no(path + " is missing: build it (cmake --build --preset release --target " +
+              std::string(kDemoWorkerProgram) + "; scripts/run does)");
+  if (!S_ISREG(st.st_mode) || ::access(path.c_str(), X_OK) != 0)
+    return no(path + " is not an executable file");
   WorkerKind kind;
   kind.name = "note";
   kind.command = {path};
@@ -31,17 +38,30 @@ std::optional<WorkerKind> demo_worker_kind() {
   return kind;
 }
 
-bool add_demo_kind(Config& config) {
-  if (!config.workers.empty() || !config.root.empty()) return false;
-  auto kind = demo_worker_kind();
-  if (!kind) return false;
+DemoResult add_demo_kind(Config& config) {
+  DemoResult r;
+  if (!config.workers.empty() || !config.root.empty()) return r;
+  auto kind = demo_worker_kind(&r.unavailable);
+  if (!kind) return r;
   config.workers.push_back(std::move(*kind));
-  return true;
+  r.added = true;
+  return r;
 }
 
-std::string_view demo_welcome_item() {
-  return "<li><a href=\"/note/welcome/\">/note/{id}/</a>: a note per address, a worker process "
-         "each, its state in a SQLite file per address (examples/notes)</li>\n";
+std::string demo_welcome_item(const DemoResult& demo) {
+  if (demo.added)
+    return "<li><a href=\"/note/welcome/\">/note/{id}/</a>: a note per address, a worker process "
+           "each, its state in a SQLite file per address (examples/notes)</li>\n";
+  if (demo.unavailable.empty()) return {};
+  std::string item = "<li>/note/{id}/: the notes demo is unavailable: ";
+  for (char c : demo.unavailable) {  // a path: escaped for HTML
+    const char* entity = c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : nullptr;
+    if (entity)
+      item += entity;
+    else
+      item += c;
+  }
+  return item + "</li>\n";
 }
 
 }  // namespace corral::cli

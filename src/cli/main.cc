@@ -220,13 +220,16 @@ cli::ConfigErrors prepare(const Flags& flags, core::Logger& log, Prepared& out,
       errors.problems.push_back("root: '" + config.root + "' is not a directory");
   }
   // `corral serve` with no config and no DIR: the notes demo, when its program is next to corral.
-  bool demo = flags.config_path.empty() && cli::add_demo_kind(config);
+  cli::DemoResult demo;
+  if (flags.config_path.empty()) demo = cli::add_demo_kind(config);
+  if (!demo.unavailable.empty())
+    log.warn("demo_unavailable", "reason=\"the notes demo cannot start: {}\"", demo.unavailable);
   auto policy = cli::build_policy(config, errors);
   http::SiteBuilder builder;
   auto resolver_slot = std::make_shared<cli::ResolverSlot>();
   if (!config.workers.empty()) cli::add_worker_proxy_routes(builder, config.workers, resolver_slot);
   if (config.root.empty()) {
-    cli::add_welcome_routes(builder, demo);
+    cli::add_welcome_routes(builder, cli::demo_welcome_item(demo));
     cli::add_welcome_sockets(builder);
   } else {
     cli::add_static_routes(builder, config.root, config.serve_dotfiles);

@@ -5,7 +5,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/demo.h"
 #include "core/event_loop.h"
 #include "ws/socket.h"
 
@@ -77,10 +76,10 @@ void add_process_header(http::SiteBuilder& site) {
   site.wrap("/*", std::move(w));
 }
 
-void add_welcome_routes(http::SiteBuilder& site, bool demo) {
-  site.route("GET /", [demo](http::Request& req) {
-    return http::Response::html(fmt::format(kWelcome, fmt::arg("nonce", req.csp_nonce()),
-                                            fmt::arg("demo", demo ? demo_welcome_item() : "")));
+void add_welcome_routes(http::SiteBuilder& site, std::string demo_item) {
+  site.route("GET /", [demo_item = std::move(demo_item)](http::Request& req) {
+    return http::Response::html(
+        fmt::format(kWelcome, fmt::arg("nonce", req.csp_nonce()), fmt::arg("demo", demo_item)));
   });
   site.route("GET /hello", [](http::Request&) { return http::Response::text("hello"); });
   site.route("GET /json", [](http::Request& req) {

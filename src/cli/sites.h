@@ -8,8 +8,9 @@
 
 namespace corral::cli {
 
-// With `demo`, the page links the notes demo (src/cli/demo.h).
-void add_welcome_routes(http::SiteBuilder& site, bool demo = false);
+// `demo_item`: the page's list item for the notes demo (src/cli/demo.h demo_welcome_item: its
+// link, or why it is unavailable), HTML; empty for none.
+void add_welcome_routes(http::SiteBuilder& site, std::string demo_item = {});
 // The welcome site's WebSocket echo at /ws/echo.
 void add_welcome_sockets(http::SiteBuilder& site);
 // GET /* serves files beneath `root`; dotfiles are 404 unless `serve_dotfiles`.

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <map>
 #include <stdexcept>
+#include <utility>
 
 namespace corral::core {
 
@@ -51,9 +52,10 @@ class EventLoop::SignalHandler final : public IoHandler {
   std::map<int, SignalCallback> callbacks_;
 };
 
-EventLoop::EventLoop()
-    : epfd_(epoll_create1(EPOLL_CLOEXEC)),
-      now_ms_(monotonic_ms()),
+EventLoop::EventLoop(Clock clock)
+    : clock_(std::move(clock)),
+      epfd_(epoll_create1(EPOLL_CLOEXEC)),
+      now_ms_(clock_()),
       wall_s_(time(nullptr)),
       timers_(now_ms_),
       events_(256) {
@@ -91,7 +93,7 @@ Result<void> EventLoop::on_signal(int signo, SignalCallback cb) {
 }
 
 void EventLoop::update_time() {
-  now_ms_ = monotonic_ms();
+  now_ms_ = clock_();
   timespec ts;
   clock_gettime(CLOCK_REALTIME_COARSE, &ts);
   wall_s_ = ts.tv_sec;

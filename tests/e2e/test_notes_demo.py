@@ -244,3 +244,38 @@ def test_kill_9_loses_no_acknowledged_save(notes):
     assert (n.text("k1"), n.rev("k1")) == ("text 6", 6)
     assert n.save("k1", "text 7") == 7
     n.stop()
+
+
+def test_welcome_page_says_why_the_demo_is_unavailable(tmp_path):
+    """corral without corral-notes-worker next to it (scripts/run once built only `corral`): the
+    startup log and the welcome page say that the demo is unavailable and why, instead of a link
+    that answers 404."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    lonely = str(bindir / "corral")
+    try:
+        os.link(CORRAL_BIN, lonely)  # /proc/self/exe is this path: no worker beside it
+    except OSError:
+        import shutil
+        shutil.copy2(CORRAL_BIN, lonely)
+    log_path = tmp_path / "corral.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([lonely, "serve", "--listen", "127.0.0.1:0",
+                                 "--state-dir", str(tmp_path / "state")],
+                                stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+    try:
+        m = poll(lambda: re.search(r"listening address=[\d.]+:(\d+)", log_path.read_text()), 20,
+                 "corral listening")
+        text = log_path.read_text()
+        assert "demo_unavailable" in text and "corral-notes-worker is missing" in text, text
+        c = http.client.HTTPConnection("127.0.0.1", int(m.group(1)), timeout=10)
+        c.request("GET", "/")
+        r = c.getresponse()
+        page = r.read().decode()
+        c.close()
+        assert r.status == 200
+        assert 'href="/note/welcome/"' not in page
+        assert "the notes demo is unavailable: " in page and "corral-notes-worker is missing" in page
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
