@@ -1,13 +1,15 @@
 // Fuzzes what corral itself decides about an untrusted UDP datagram before ngtcp2 sees it
 // (src/quic/steering.h, forward.h, dispatch.h): the owning slot, the forwarding wire format and
 // the dispatch of a datagram between slots and generations. Byte 0 picks the number of slots
-// (1..64) and this process's slot, parity and state; the rest is the datagram.
+// (1..64) and this process's slot, generation index, the serving generation and state; the rest
+// is the datagram.
 //
 // Invariants: packet_owner is kNoOwner or below the slot count, and for a datagram that carries
 // one of our CIDs it is that CID's slot byte (when in range); a datagram forwarded to us is never
 // forwarded again; a route to another slot names a slot in range and never our own; a route to
-// the other generation stays in our slot with the other parity; every datagram survives the
-// forwarding encoding unchanged, and decode_forwarded never reads past what it was given.
+// another generation stays in our slot with an index in range that is not ours; every datagram
+// survives the forwarding encoding unchanged, and decode_forwarded never reads past what it was
+// given.
 #include <netinet/in.h>
 
 #include <cstddef>
@@ -42,18 +44,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // Where our CID sits: after the long header's length byte, or right after the first byte.
   bool ours = false;
-  unsigned parity = 0;
+  unsigned generation = 0;
   bool long_header = len > 0 && (pkt[0] & 0x80);
   if (long_header && len >= 6 && pkt[5] <= 20 && len >= 6u + pkt[5]) {
     ours = cid_is_ours(pkt + 6, pkt[5], key.tag);
     if (ours) {
-      parity = cid_parity(pkt + 6);
+      generation = cid_generation(pkt + 6);
       if (cid_slot(pkt + 6) < key.slots) check(owner == static_cast<int>(cid_slot(pkt + 6)));
     }
   } else if (!long_header && len >= 1 + kCidLength) {
     ours = cid_is_ours(pkt + 1, kCidLength, key.tag);
     if (ours) {
-      parity = cid_parity(pkt + 1);
+      generation = cid_generation(pkt + 1);
       check(owner ==
             (cid_slot(pkt + 1) < key.slots ? static_cast<int>(cid_slot(pkt + 1)) : kNoOwner));
     }
@@ -61,7 +63,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   DispatchSelf self;
   self.slot = static_cast<int>((ctl >> 6) % key.slots);
-  self.parity = (ctl >> 1) & 1u;
+  self.generation = (ctl >> 1) & kGenerationMask;
   self.steering = key.slots > 1;
   self.closing = ctl & 0x80;
   for (int variant = 0; variant < 4; ++variant) {
@@ -70,16 +72,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     facts.known = variant & 2;
     facts.owner = owner;
     facts.ours = ours;
-    facts.cid_parity = parity;
+    facts.cid_generation = generation;
+    facts.serving = (ctl >> 3) & kGenerationMask;
     facts.long_header = long_header;
     Dispatch d = dispatch(self, facts);
     if (facts.forwarded) check(d.route == Route::kHere);
     if (d.route == Route::kToSlot) {
       check(d.slot != self.slot && d.slot >= 0 && static_cast<uint32_t>(d.slot) < key.slots);
-      check(d.parity <= 1);
+      check(d.generation < kGenerations);
     }
     if (d.route == Route::kToOtherGeneration)
-      check(d.slot == self.slot && d.parity == (self.parity ^ 1u));
+      check(d.slot == self.slot && d.generation < kGenerations && d.generation != self.generation);
   }
 
   // The forwarding format: the datagram comes back byte for byte with its addresses.
