@@ -744,17 +744,16 @@ void Endpoint::drain_tick() {
     }
   }
   if (closing_) {
-    // Step 2, after about a round trip (100 ms): GOAWAY with the last stream id actually
-    // accepted; step 3: connections whose streams are done get CONNECTION_CLOSE(H3_NO_ERROR).
-    if (now - close_started_ms_ >= 100) {
-      for (auto* c : all) {
-        if (conns_.count(c) && c->goaway()) ++goaways_;
-      }
-    }
-    if (now - close_started_ms_ >= 200) {
-      for (auto* c : all) {
-        if (conns_.count(c) && !c->has_streams()) c->close_now();
-      }
+    // Step 2, about a round trip (100 ms) after a connection's notice: GOAWAY with the last
+    // stream id actually accepted; step 3, a round trip later: a connection whose streams are
+    // done gets CONNECTION_CLOSE(H3_NO_ERROR). Timed per connection, not from the start of the
+    // close: one whose handshake ended a moment ago gets its notice now and its requests served
+    // (a GOAWAY at once refused them, and a close at 200 ms cut handshakes in progress).
+    for (auto* c : all) {
+      if (!conns_.count(c)) continue;
+      c->shutdown_notice();  // a connection that became ready since; once each
+      if (c->goaway(now)) ++goaways_;
+      if (conns_.count(c) && c->closable(now)) c->close_now();
     }
   }
   if (closing_ ? !conns_.empty() : parked) tick_.arm_after(kTickMs);

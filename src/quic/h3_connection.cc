@@ -294,6 +294,8 @@ int H3Connection::setup_h3() {
   if (nghttp3_conn_bind_qpack_streams(h3_, enc, dec) != 0) return -1;
   if (ep_.closing()) {
     nghttp3_conn_submit_shutdown_notice(h3_);
+    notice_sent_ = true;
+    notice_ms_ = ep_.loop().now();
   }
   return 0;
 }
@@ -301,6 +303,7 @@ int H3Connection::setup_h3() {
 int H3Connection::on_handshake_completed(ngtcp2_conn*, void* ud) {
   auto* c = self(ud);
   c->handshake_done_ = true;
+  c->handshake_ms_ = c->ep_.loop().now();
   ++c->ep_.stats().handshakes;
   c->ep_.handshake_validated(c);  // the client's Handshake packets came back: a real address
   // A session ticket (resumption; early data stays off) and a NEW_TOKEN token that lets the
@@ -596,15 +599,27 @@ void H3Connection::close_now() {
 }
 
 void H3Connection::shutdown_notice() {
-  if (h3_ && state_ == State::kOpen) {
+  if (h3_ && state_ == State::kOpen && !notice_sent_) {
     nghttp3_conn_submit_shutdown_notice(h3_);
+    notice_sent_ = true;
+    notice_ms_ = ep_.loop().now();
     schedule_write();
   }
 }
 
-bool H3Connection::goaway() {
+bool H3Connection::goaway(uint64_t now_ms) {
   if (!h3_ || state_ != State::kOpen || goaway_sent_) return false;
+  // The round trip is counted from the later of the notice and the handshake's end (the H3 layer
+  // and its notice come with the 0.5-RTT keys, before the client has even seen our flight), and
+  // is at least two smoothed RTTs: the client's first requests are on their way by then.
+  if (!notice_sent_ || !handshake_done_) return false;
+  ngtcp2_conn_stat cstat;
+  ngtcp2_conn_get_conn_stat(conn_, &cstat);
+  uint64_t wait_ms =
+      std::max<uint64_t>(kGoawayAfterMs, 2 * cstat.smoothed_rtt / NGTCP2_MILLISECONDS);
+  if (now_ms - std::max(notice_ms_, handshake_ms_) < wait_ms) return false;
   goaway_sent_ = true;
+  goaway_ms_ = now_ms;
   if (nghttp3_conn_shutdown(h3_) != 0) return false;
   schedule_write();
   return true;

@@ -122,10 +122,20 @@ class H3Connection {
   void on_datagram(const Datagram& d);
   void write();
   void on_writable();
-  // Graceful close steps (Endpoint::close).
+  // Graceful close steps (Endpoint::close), each timed from this connection's own previous step:
+  // a connection whose handshake ends during the close gets its notice then, and its round trip
+  // (kGoawayAfterMs, or two smoothed RTTs, from its handshake's end) before the GOAWAY that refuses
+  // new requests, so its first requests, sent right after the handshake, are served instead of
+  // rejected (H3_REQUEST_REJECTED).
+  static constexpr uint64_t kGoawayAfterMs = 100;
   void shutdown_notice();
-  bool goaway();  // true: sent now (not before)
+  bool goaway(uint64_t now_ms);  // true: sent now (not before, and not before its round trip)
   bool has_streams() const { return !streams_.empty(); }
+  // Done with: GOAWAY sent a round trip ago and no stream left. A connection still in its
+  // handshake is not (close_timeout bounds it).
+  bool closable(uint64_t now_ms) const {
+    return goaway_sent_ && streams_.empty() && now_ms - goaway_ms_ >= kGoawayAfterMs;
+  }
   void close_now();  // CONNECTION_CLOSE (H3_NO_ERROR), then gone
   void tick_parked(uint64_t now_ms);
   bool parked_any() const;
@@ -218,6 +228,9 @@ class H3Connection {
   bool unvalidated_ = false;
   bool handshake_done_ = false;
   bool goaway_sent_ = false;
+  bool notice_sent_ = false;
+  // Loop time of the handshake's end, the shutdown notice and the GOAWAY.
+  uint64_t handshake_ms_ = 0, notice_ms_ = 0, goaway_ms_ = 0;
   // A send the socket refused (EAGAIN), retried when it is writable.
   std::string pending_;
   size_t pending_gso_ = 0;
