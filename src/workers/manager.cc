@@ -217,7 +217,9 @@ struct Manager::OutputReader final : core::IoHandler {
   core::UniqueFd fd;
   std::string partial;
 
-  void on_io(uint32_t) override { read_some(); }
+  // Not after the worker's exit: an event of the same epoll round as its pidfd's may still come,
+  // and its slot may be gone by then.
+  void on_io(uint32_t) override;
   // One read; false once the pipe is at EOF (and closed).
   bool read_some();
   void drain() {
@@ -229,7 +231,9 @@ struct Manager::OutputReader final : core::IoHandler {
 struct Manager::Worker final : core::IoHandler {
   struct Control final : core::IoHandler {
     Worker* w = nullptr;
-    void on_io(uint32_t) override { w->m.read_control(*w); }
+    void on_io(uint32_t) override {
+      if (!w->exited) w->m.read_control(*w);
+    }
   };
 
   Worker(Manager& manager, Slot& s) : m(manager), slot(&s) {
@@ -240,10 +244,15 @@ struct Manager::Worker final : core::IoHandler {
     }
     err.is_err = true;
   }
-  void on_io(uint32_t) override { m.on_exit(*this); }
+  void on_io(uint32_t) override {
+    if (!exited) m.on_exit(*this);
+  }
 
   Manager& m;
   Slot* slot;
+  // Reaped: it waits for the loop's deferred destruction, and its slot may already be gone (the
+  // events of its descriptors still queued in this epoll round are ignored).
+  bool exited = false;
   pid_t pid = 0;
   core::UniqueFd pidfd;
   core::UniqueFd control;
@@ -287,6 +296,10 @@ struct Manager::Slot {
   std::string tail;  // the last stderr bytes
   nlohmann::json last_emitted;
 };
+
+void Manager::OutputReader::on_io(uint32_t) {
+  if (fd && !w->exited) read_some();
+}
 
 bool Manager::OutputReader::read_some() {
   char buf[16 * 1024];
@@ -917,6 +930,7 @@ void Manager::on_exit(Worker& w) {
   log_.info("worker_exited", "address=\"{}\" pid={} how=\"{}\" asked={}", slot.address, w.pid, how,
             asked);
   std::string failure = std::move(w.failure_log);
+  w.exited = true;
   loop_.destroy_later(std::move(slot.worker));
   --workers_live_;
   --live_by_kind_[slot.kind->index];
