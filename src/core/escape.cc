@@ -128,8 +128,7 @@ void append_log_escaped(std::string& out, std::string_view bytes, bool quoted) {
       });
 }
 
-std::string bounded_file_name(std::string_view bytes, size_t max) {
-  if (max < kMinFileName) max = kMinFileName;
+std::string name_encode(std::string_view bytes) {
   std::string out;
   out.reserve(bytes.size() + 8);
   for (unsigned char c : bytes) {
@@ -143,6 +142,12 @@ std::string bounded_file_name(std::string_view bytes, size_t max) {
     }
   }
   if (out.empty() || out[0] == '.') out.insert(0, "%");  // never "", "." nor ".."
+  return out;
+}
+
+std::string bounded_file_name(std::string_view bytes, size_t max) {
+  if (max < kMinFileName) max = kMinFileName;
+  std::string out = name_encode(bytes);
   if (out.size() <= max) return out;
   // A readable prefix (never cut inside a "%XX"), then the hash of the whole address.
   size_t keep = max - kMinFileName;

@@ -43,6 +43,9 @@ void append_wire_encoded(std::string& out, std::string_view bytes);
 // False on a '%' not followed by two hex digits (then `out` is unspecified). `out` is cleared.
 bool wire_decode(std::string_view text, std::string& out);
 
+// Percent-encodes every byte but [A-Za-z0-9._-] (upper-case hex): a safe file name or path
+// segment for any bytes, never "", "." or ".." (those get a leading "%").
+std::string name_encode(std::string_view bytes);
 // The smallest `max` bounded_file_name accepts: '~' and the 22 characters of the hash.
 constexpr size_t kMinFileName = 23;
 // `max` >= kMinFileName.

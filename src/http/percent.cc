@@ -1,5 +1,7 @@
 #include "http/percent.h"
 
+#include "core/escape.h"
+
 namespace corral::http {
 
 namespace {
@@ -79,21 +81,7 @@ bool is_valid_path_char(char c) {
 }
 
 std::string percent_encode_name(std::string_view s) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  out.reserve(s.size() + 8);
-  for (unsigned char c : s) {
-    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
-        c == '_' || c == '-') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  if (out.empty() || out[0] == '.') out.insert(0, "%");
-  return out;
+  return core::name_encode(s);
 }
 
 }  // namespace corral::http

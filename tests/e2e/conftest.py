@@ -185,3 +185,17 @@ def read_response(sock, timeout=5.0):
             if size == 0:
                 return status, headers, body, rest
     return status, headers, b"", rest
+
+
+def poll(fn, timeout, what="condition", detail=None, interval=0.02):
+    """Calls fn() until it returns something truthy; returns it. Fails after `timeout` seconds,
+    with detail() (the state, the log) in the message."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v:
+            return v
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}"
+                                 + (f"\n{detail()}" if detail else ""))
+        time.sleep(interval)

@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from conftest import CORRAL_BIN
+from conftest import CORRAL_BIN, poll
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CPP_WORKER = os.environ.get(
@@ -68,16 +68,6 @@ def pct(b):
     return "".join(f"%{x:02X}" for x in b)
 
 
-def poll(fn, timeout, what, detail=None):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}"
-                                 + (f"\n{detail()}" if detail else ""))
-        time.sleep(0.02)
 
 
 class Corral:

@@ -26,7 +26,7 @@ import time
 
 import pytest
 
-from conftest import CORRAL_BIN
+from conftest import CORRAL_BIN, poll
 
 CPP_WORKER = os.environ.get(
     "CORRAL_EXAMPLE_WORKER",
@@ -35,16 +35,6 @@ CPP_WORKER = os.environ.get(
 PROCESSES = 2
 
 
-def poll(fn, timeout, what, detail=None):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}"
-                                 + (f"\n{detail()}" if detail else ""))
-        time.sleep(0.02)
 
 
 def start(server_factory, tmp_path, extra="", args=()):
