@@ -6,9 +6,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <charconv>
-
-#include "http/default_headers.h"
+#include "http/h1_writer.h"
+#include "http/response_plan.h"
 #include "http/server.h"
 #include "http/site.h"
 #include "tls/session.h"
@@ -29,24 +28,6 @@ constexpr size_t kBigBody = 64 * 1024;
 constexpr uint32_t kDrainGraceMs = 100;
 // A file under TLS is read into the output buffer this much at a time (4 records).
 constexpr size_t kTlsFileChunk = 64 * 1024;
-
-bool header_safe(std::string_view s) {
-  for (char c : s)
-    if (c == '\r' || c == '\n' || c == '\0') return false;
-  return true;
-}
-
-void append_uint(core::Buffer& b, uint64_t v) {
-  char* p = b.reserve(20);
-  auto r = std::to_chars(p, p + 20, v);
-  b.commit(static_cast<size_t>(r.ptr - p));
-}
-
-void append_hex(core::Buffer& b, uint64_t v) {
-  char* p = b.reserve(16);
-  auto r = std::to_chars(p, p + 16, v, 16);
-  b.commit(static_cast<size_t>(r.ptr - p));
-}
 
 }  // namespace
 
@@ -347,146 +328,65 @@ void Connection::site_ready() {
   flush();
 }
 
-void Connection::write_head(int status, const Response& r, std::string_view content_type,
-                            int64_t length, bool chunked,
-                            const std::vector<std::pair<std::string, std::string>>* extra) {
+PlanContext Connection::plan_context() const {
   const auto& opt = server_.options();
-  const bool http10 = req_.version_major == 1 && req_.version_minor == 0;
-  out_.append(http10 ? "HTTP/1.0 " : "HTTP/1.1 ");
-  append_uint(out_, static_cast<uint64_t>(status));
-  out_.append(' ');
-  out_.append(reason_phrase(status));
-  out_.append("\r\nServer: ");
-  out_.append(opt.server_name);
-  out_.append("\r\nDate: ");
-  out_.append(server_.date());
-  out_.append("\r\n");
-  if (!opt.alt_svc.empty()) {
-    out_.append("Alt-Svc: ");
-    out_.append(opt.alt_svc);
-    out_.append("\r\n");
-  }
-  if (!content_type.empty()) {
-    out_.append("Content-Type: ");
-    out_.append(content_type);
-    out_.append("\r\n");
-  }
-  if (chunked) {
-    out_.append("Transfer-Encoding: chunked\r\n");
-  } else if (length >= 0) {
-    out_.append("Content-Length: ");
-    append_uint(out_, static_cast<uint64_t>(length));
-    out_.append("\r\n");
-  }
-  if (close_after_write_) {
-    out_.append("Connection: close\r\n");
-  } else if (http10) {
-    out_.append("Connection: keep-alive\r\n");
-  }
-  out_.append("X-Content-Type-Options: ");
-  out_.append(kNosniff);
-  out_.append("\r\nReferrer-Policy: ");
-  out_.append(opt.referrer_policy);
-  out_.append("\r\n");
-  for (const auto& [k, v] : r.headers) {
-    out_.append(k);
-    out_.append(": ");
-    out_.append(v);
-    out_.append("\r\n");
-  }
-  if (extra) {
-    for (const auto& [k, v] : *extra) {
-      out_.append(k);
-      out_.append(": ");
-      out_.append(v);
-      out_.append("\r\n");
-    }
-  }
-  if (wants_default_csp(req_.has_csp_nonce(), r)) {
-    out_.append("Content-Security-Policy: ");
-    append_default_csp(out_, req_.csp_nonce());
-    out_.append("\r\n");
-  }
-  out_.append("\r\n");
+  PlanContext ctx;
+  ctx.keep_alive =
+      !close_after_write_ && parser_.keep_alive() && !closing_ && !server_.closing() && !peer_eof_;
+  ctx.server_name = opt.server_name;
+  ctx.date = server_.date();
+  ctx.alt_svc = opt.alt_svc;
+  ctx.referrer_policy = opt.referrer_policy;
+  return ctx;
 }
 
 void Connection::write_response(Response& r) {
-  status_ = r.status;
-  head_only_ = req_.method == Method::kHead;
+  ResponsePlan plan;
+  plan_response(r, req_, plan_context(), plan);
+  if (!plan.refused_header.empty())
+    server_.log().error("bad_response_header", "pattern=\"{}\" header=\"{}\"", req_.pattern,
+                        fmt::format("{:.40}", plan.refused_header));
+  status_ = plan.status;
   body_bytes_ = 0;
-  if (!parser_.keep_alive() || closing_ || server_.closing() || peer_eof_)
-    close_after_write_ = true;
-  // Headers a route set must not break the framing.
-  for (const auto& [k, v] : r.headers) {
-    if (k.empty() || !header_safe(k) || !header_safe(v)) {
-      server_.log().error("bad_response_header", "pattern=\"{}\" header=\"{}\"", req_.pattern,
-                          fmt::format("{:.40}", k));
-      Response err = Response::status_only(500);
-      write_response(err);
+  if (plan.close) close_after_write_ = true;
+  switch (plan.body) {
+    case BodyKind::kDeferred:
+      log_method_.assign(req_.method_name);
+      log_target_.assign(req_.target);
+      deferred_ = std::move(plan.deferred);
+      deferred_->start(*this);  // may respond() at once
       return;
-    }
-  }
-  if (r.is_html() && !std::holds_alternative<FileSpec>(r.body)) req_.csp_nonce();
-  const bool no_body_status = r.status == 204 || r.status == 304 || r.status < 200;
-
-  if (auto* text = std::get_if<std::string>(&r.body)) {
-    write_head(r.status, r, r.content_type(),
-               no_body_status ? -1 : static_cast<int64_t>(text->size()), false, nullptr);
-    if (!head_only_ && !no_body_status) {
-      body_bytes_ = text->size();
-      if (text->size() > kBigBody) {
-        // A large body is sent from the response's own string, not copied into out_ (a copy
-        // would double the memory a big response costs while a slow client reads it).
-        big_body_ = std::move(*text);
-        big_off_ = 0;
-        file_active_ = true;
-        log_method_.assign(req_.method_name);
-        log_target_.assign(req_.target);
-        return;  // flush() sends it; finish_request() follows
-      }
-      out_.append(*text);
-    }
-    finish_request();
-    return;
-  }
-  if (std::holds_alternative<std::monostate>(r.body)) {
-    write_head(r.status, r, r.content_type(), no_body_status ? -1 : 0, false, nullptr);
-    finish_request();
-    return;
-  }
-  if (auto* spec = std::get_if<FileSpec>(&r.body)) {
-    file_ = resolve_file(req_, *spec);
-    status_ = file_.status;
-    bool has_body = file_.fd.valid() && file_.content_length > 0 && !head_only_;
-    std::string_view ct = file_.content_type;
-    if (file_.status >= 400 && !file_.fd.valid()) {
-      // 403/404/416: a short text body unless the resolver gave a framing of its own.
-      auto phrase = reason_phrase(file_.status);
-      if (file_.status == 416) {
-        write_head(416, r, {}, 0, false, &file_.headers);
-      } else {
-        std::string_view plain = "text/plain; charset=utf-8";
-        write_head(file_.status, r, plain, static_cast<int64_t>(phrase.size() + 1), false,
-                   &file_.headers);
-        if (!head_only_) {
-          out_.append(phrase);
-          out_.append('\n');
-          body_bytes_ = phrase.size() + 1;
-        }
-      }
-      file_ = ResolvedFile{};
+    case BodyKind::kUpgrade:
+      // The head goes out, then the connection is handed over (process_input, after the upgrade
+      // request's bytes are consumed).
+      close_after_write_ = false;
+      write_h1_head(plan, false, out_);
+      upgrade_ = std::move(plan.upgrade);
       finish_request();
+      phase_ = Phase::kResponding;  // nothing more is parsed as HTTP
       return;
+    default:
+      break;
+  }
+  const bool http10 = req_.version_major == 1 && req_.version_minor == 0;
+  H1Framing framing = write_h1_head(plan, http10, out_);
+  if (framing.close) close_after_write_ = true;
+  if (plan.body == BodyKind::kBytes && plan.send_body) {
+    body_bytes_ = plan.bytes.size();
+    if (plan.bytes.size() > kBigBody) {
+      // A large body is sent from the response's own string, not copied into out_ (a copy
+      // would double the memory a big response costs while a slow client reads it).
+      big_body_ = plan.take_bytes();
+      big_off_ = 0;
+      file_active_ = true;
+      log_method_.assign(req_.method_name);
+      log_target_.assign(req_.target);
+      return;  // flush() sends it; finish_request() follows
     }
-    if (!file_.location.empty()) file_.headers.emplace_back("Location", file_.location);
-    write_head(file_.status, r, ct,
-               file_.status == 304 ? -1 : static_cast<int64_t>(file_.content_length), false,
-               &file_.headers);
-    if (!has_body) {
-      file_ = ResolvedFile{};
-      finish_request();
-      return;
-    }
+    out_.append(plan.bytes);
+  }
+  if (plan.body == BodyKind::kFile) {
+    file_ = std::move(plan.file);
     file_active_ = true;
     file_part_ = 0;
     if (file_.parts.empty()) {
@@ -503,52 +403,14 @@ void Connection::write_response(Response& r) {
     log_target_.assign(req_.target);
     return;  // flush() sends the file; finish_request() follows
   }
-  if (auto* d = std::get_if<DeferredBody>(&r.body)) {
-    if (!d->producer) {
-      Response err = Response::status_only(500);
-      write_response(err);
-      return;
-    }
-    log_method_.assign(req_.method_name);
-    log_target_.assign(req_.target);
-    deferred_ = std::move(d->producer);
-    deferred_->start(*this);  // may respond() at once
-    return;
-  }
-  if (auto* up = std::get_if<UpgradeBody>(&r.body)) {
-    // 101: the head goes out, then the connection is handed over (process_input, after the
-    // upgrade request's bytes are consumed). No Connection: close, no keep-alive header.
-    close_after_write_ = false;
-    out_.append("HTTP/1.1 101 Switching Protocols\r\nServer: ");
-    out_.append(server_.options().server_name);
-    out_.append("\r\nDate: ");
-    out_.append(server_.date());
-    out_.append("\r\n");
-    for (const auto& [k, v] : r.headers) {
-      out_.append(k);
-      out_.append(": ");
-      out_.append(v);
-      out_.append("\r\n");
-    }
-    out_.append("\r\n");
-    upgrade_ = std::move(up->handler);
-    finish_request();
-    phase_ = Phase::kResponding;  // nothing more is parsed as HTTP
-    return;
-  }
-  auto& stream = std::get<StreamBody>(r.body);
-  stream_chunked_ = !stream.length && req_.version_minor >= 1;
-  if (!stream.length && req_.version_minor == 0) close_after_write_ = true;  // close-delimited
-  write_head(r.status, r, r.content_type(),
-             stream.length ? static_cast<int64_t>(*stream.length) : -1,
-             stream_chunked_ && !head_only_, nullptr);
-  if (head_only_ || no_body_status) {
+  if (plan.body != BodyKind::kStream || !plan.send_body) {
     finish_request();
     return;
   }
+  stream_chunked_ = framing.chunked;
   log_method_.assign(req_.method_name);
   log_target_.assign(req_.target);
-  producer_ = std::move(stream.producer);
+  producer_ = std::move(plan.producer);
   stream_ended_ = false;
   stream_wants_writable_ = false;
   if (!producer_) {
@@ -561,10 +423,7 @@ void Connection::write_response(Response& r) {
 bool Connection::write(std::string_view data) {
   if (closed_ || stream_ended_ || data.empty()) return !closed_;
   if (stream_chunked_) {
-    append_hex(out_, data.size());
-    out_.append("\r\n");
-    out_.append(data);
-    out_.append("\r\n");
+    append_h1_chunk(out_, data);
   } else {
     out_.append(data);
   }
@@ -586,7 +445,7 @@ bool Connection::write(std::string_view data) {
 void Connection::end() {
   if (closed_ || stream_ended_) return;
   stream_ended_ = true;
-  if (stream_chunked_) out_.append("0\r\n\r\n");
+  if (stream_chunked_) out_.append(kH1LastChunk);
   if (producer_) loop_.destroy_later(std::move(producer_));
   finish_request();
   if (!flush_scheduled_) {
@@ -666,13 +525,8 @@ void Connection::respond_error(int status, std::string_view reason) {
   file_active_ = false;
   std::string().swap(big_body_);
   close_after_write_ = true;
-  status_ = status;
   Response r = Response::status_only(status);
-  auto& body = std::get<std::string>(r.body);
-  write_head(status, r, r.content_type(), static_cast<int64_t>(body.size()), false, nullptr);
-  out_.append(body);
-  body_bytes_ = body.size();
-  finish_request();
+  write_response(r);  // a short text body, then finish_request()
   phase_ = Phase::kIdle;
   flush();
 }

@@ -1,6 +1,6 @@
 // Connection: one HTTP/1.1 client connection. It only admits, parses and writes: the request goes
-// through the parser, the admission baseline and the Site; the Response description comes back and
-// is turned into bytes here.
+// through the parser, the admission baseline and the Site; the Response description comes back,
+// becomes a ResponsePlan (response_plan.h) and is written by the HTTP/1.1 writer (h1_writer.h).
 //
 // Syscalls per request on the keep-alive path: one read() for every request that fit in it and
 // one write() for all their responses (pipelined responses are batched into one buffer). Files go
@@ -30,6 +30,7 @@
 #include "http/parser.h"
 #include "http/request.h"
 #include "http/response.h"
+#include "http/response_plan.h"
 #include "tls/session_ptr.h"
 
 namespace corral::http {
@@ -70,9 +71,8 @@ class Connection final : public core::IoHandler, private StreamWriter, private R
   ssize_t io_send(const char* buf, size_t n);
   void process_input();
   void dispatch();
-  void write_response(Response& response);
-  void write_head(int status, const Response& r, std::string_view content_type, int64_t length,
-                  bool chunked, const std::vector<std::pair<std::string, std::string>>* extra);
+  void write_response(Response& response);  // a ResponsePlan, written by h1_writer.h
+  PlanContext plan_context() const;
   void respond_error(int status, std::string_view reason);
   void finish_request();
   void flush();
@@ -134,7 +134,6 @@ class Connection final : public core::IoHandler, private StreamWriter, private R
   bool stream_chunked_ = false;
   bool stream_ended_ = false;
   bool stream_wants_writable_ = false;
-  bool head_only_ = false;   // HEAD: no body bytes
   uint64_t body_bytes_ = 0;  // for the access log
   int status_ = 0;
   uint64_t started_ms_ = 0;

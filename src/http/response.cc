@@ -51,7 +51,7 @@ Response Response::status_only(int status) {
   Response r;
   r.status = status;
   if (status >= 400) {
-    r.body = std::string(reason_phrase(status)) + "\n";
+    r.body = std::string(reason_line(status));
     r.content_type_ = "text/plain; charset=utf-8";
   }
   return r;
@@ -95,83 +95,88 @@ bool Response::is_html() const {
   return ct.size() >= 9 && iequals(ct.substr(0, 9), "text/html");
 }
 
-std::string_view reason_phrase(int status) {
+std::string_view reason_line(int status) {
   switch (status) {
     case 100:
-      return "Continue";
+      return "Continue\n";
     case 101:
-      return "Switching Protocols";
+      return "Switching Protocols\n";
     case 200:
-      return "OK";
+      return "OK\n";
     case 201:
-      return "Created";
+      return "Created\n";
     case 202:
-      return "Accepted";
+      return "Accepted\n";
     case 204:
-      return "No Content";
+      return "No Content\n";
     case 206:
-      return "Partial Content";
+      return "Partial Content\n";
     case 301:
-      return "Moved Permanently";
+      return "Moved Permanently\n";
     case 302:
-      return "Found";
+      return "Found\n";
     case 303:
-      return "See Other";
+      return "See Other\n";
     case 304:
-      return "Not Modified";
+      return "Not Modified\n";
     case 307:
-      return "Temporary Redirect";
+      return "Temporary Redirect\n";
     case 308:
-      return "Permanent Redirect";
+      return "Permanent Redirect\n";
     case 400:
-      return "Bad Request";
+      return "Bad Request\n";
     case 401:
-      return "Unauthorized";
+      return "Unauthorized\n";
     case 403:
-      return "Forbidden";
+      return "Forbidden\n";
     case 404:
-      return "Not Found";
+      return "Not Found\n";
     case 405:
-      return "Method Not Allowed";
+      return "Method Not Allowed\n";
     case 408:
-      return "Request Timeout";
+      return "Request Timeout\n";
     case 409:
-      return "Conflict";
+      return "Conflict\n";
     case 411:
-      return "Length Required";
+      return "Length Required\n";
     case 412:
-      return "Precondition Failed";
+      return "Precondition Failed\n";
     case 413:
-      return "Content Too Large";
+      return "Content Too Large\n";
     case 414:
-      return "URI Too Long";
+      return "URI Too Long\n";
     case 415:
-      return "Unsupported Media Type";
+      return "Unsupported Media Type\n";
     case 416:
-      return "Range Not Satisfiable";
+      return "Range Not Satisfiable\n";
     case 417:
-      return "Expectation Failed";
+      return "Expectation Failed\n";
     case 426:
-      return "Upgrade Required";
+      return "Upgrade Required\n";
     case 429:
-      return "Too Many Requests";
+      return "Too Many Requests\n";
     case 431:
-      return "Request Header Fields Too Large";
+      return "Request Header Fields Too Large\n";
     case 500:
-      return "Internal Server Error";
+      return "Internal Server Error\n";
     case 501:
-      return "Not Implemented";
+      return "Not Implemented\n";
     case 502:
-      return "Bad Gateway";
+      return "Bad Gateway\n";
     case 503:
-      return "Service Unavailable";
+      return "Service Unavailable\n";
     case 504:
-      return "Gateway Timeout";
+      return "Gateway Timeout\n";
     case 505:
-      return "HTTP Version Not Supported";
+      return "HTTP Version Not Supported\n";
     default:
-      return "Unknown";
+      return "Unknown\n";
   }
+}
+
+std::string_view reason_phrase(int status) {
+  std::string_view line = reason_line(status);
+  return line.substr(0, line.size() - 1);
 }
 
 }  // namespace corral::http

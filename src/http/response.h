@@ -1,7 +1,8 @@
-// Response: a *description* of what to send, returned by a route. The connection (or the HTTP/3
-// stream, later) turns it into bytes: it adds the framing, the default headers, and resolves files
-// against the request's conditional and Range headers. Descriptions are plain values: a route can
-// build one without a socket, and tests compare them directly.
+// Response: a *description* of what to send, returned by a route. plan_response()
+// (response_plan.h) turns it into a protocol-neutral plan: the default headers, the validated
+// route headers, files resolved against the request's conditional and Range headers; the
+// HTTP/1.1 connection and the HTTP/3 stream then only write that plan. Descriptions are plain
+// values: a route can build one without a socket, and tests compare them directly.
 //
 // Kinds: text, html, json, bytes, redirect, status, file (see file_response.h), stream (a producer
 // that writes when the connection can take more).
@@ -202,5 +203,7 @@ class Response {
 };
 
 std::string_view reason_phrase(int status);
+// The phrase and a newline ("Not Found\n"): the short text body of a bare 4xx/5xx. Static.
+std::string_view reason_line(int status);
 
 }  // namespace corral::http

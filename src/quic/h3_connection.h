@@ -1,7 +1,8 @@
 // H3Connection (h3_connection.cc) and H3Stream (h3_stream.cc): one QUIC connection (ngtcp2_conn +
 // its GnuTLS session) carrying HTTP/3 (nghttp3_conn), and its request streams. A stream collects a
 // request (RequestHead, body up to the server's body limit), runs admission and the Site, and turns
-// the Response description into an HTTP/3 response: fields from h3_mapping.h and a body that
+// the Response description into an HTTP/3 response: a ResponsePlan (http/response_plan.h) whose
+// head is serialized by h3_mapping.h's H3Head, and a body that
 // nghttp3 pulls through read_data — in-memory bodies, files (pread in chunks, Range/If-Range/304
 // via http::resolve_file as over HTTP/1.1), streams (a StreamWriter with backpressure) and deferred
 // responses (a Responder). Every body byte handed to nghttp3 stays in memory until the peer
@@ -28,6 +29,7 @@
 #include "http/file_response.h"
 #include "http/request.h"
 #include "http/response.h"
+#include "http/response_plan.h"
 #include "quic/endpoint.h"
 #include "quic/h3_mapping.h"
 
@@ -56,9 +58,10 @@ class H3Stream final : private http::StreamWriter, private http::Responder {
 
  private:
   void dispatch();
+  // Through a ResponsePlan (http/response_plan.h): the head as an H3Head, the body read_data.
   void submit(http::Response& r);
-  void submit_head(int status, const http::Response& r, std::string_view content_type,
-                   int64_t length, const FieldList* extra, bool with_body);
+  void submit_head(const H3Head& head, int status, bool with_body);
+  http::PlanContext plan_context();
   void respond_error(int status, std::string_view reason);
   bool fill_file();
   void add_chunk(std::string data);
@@ -97,9 +100,10 @@ class H3Stream final : private http::StreamWriter, private http::Responder {
   bool blocked_ = false;      // read_data said WOULDBLOCK: resume on new data
   bool wants_writable_ = false;
   bool in_read_ = false;  // inside read_data (nghttp3 must not be re-entered)
-  // A file body: what resolve_file decided, and where we are.
-  core::UniqueFd file_fd_;
-  std::vector<BodySegment> segments_;  // what is left of a file body (plan_file)
+  // A file body: what resolve_file decided (the open fd, the multipart framing the segments
+  // point at), and where we are.
+  http::ResolvedFile file_;
+  std::vector<http::FileSegment> segments_;  // what is left of it (http::file_segments)
   size_t segment_ = 0;
   bool file_active_ = false;
   std::unique_ptr<http::StreamProducer> producer_;

@@ -2,26 +2,7 @@
 
 #include <charconv>
 
-#include "http/default_headers.h"
-
 namespace corral::quic {
-
-namespace {
-
-bool field_safe(std::string_view s) {
-  for (char c : s)
-    if (c == '\r' || c == '\n' || c == '\0') return false;
-  return true;
-}
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  return out;
-}
-
-}  // namespace
 
 void RequestHead::add(Pseudo pseudo, std::string_view name, std::string_view value) {
   bytes_ += name.size() + value.size() + 32;  // RFC 9114 §4.2.2 counts 32 bytes per field
@@ -99,74 +80,58 @@ int RequestHead::build(http::Request& req, const Limits& limits) const {
   return 0;
 }
 
-bool h3_header_allowed(std::string_view name, std::string_view value) {
-  if (name.empty() || !field_safe(name) || !field_safe(value) || name[0] == ':') return false;
-  // RFC 9114 §4.2: connection-specific fields are malformed in HTTP/3.
-  for (std::string_view banned :
-       {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"})
-    if (http::iequals(name, banned)) return false;
-  return true;
+H3Head::H3Head(const http::ResponsePlan& plan) {
+  char status[16];
+  auto st = std::to_chars(status, status + sizeof status, plan.status);
+  char length[24];
+  size_t length_len = 0;
+  if (plan.content_length)
+    length_len = static_cast<size_t>(
+        std::to_chars(length, length + sizeof length, *plan.content_length).ptr - length);
+  // Reserved once: the name/value pairs point into bytes_, which must never move.
+  size_t total = 7 + static_cast<size_t>(st.ptr - status) + 14 + length_len;
+  for (const http::Field& f : plan.fields) total += f.name.size() + f.value.size();
+  bytes_.reserve(total);
+  nva_.reserve(plan.fields.size() + 2);
+  add(":status", {status, static_cast<size_t>(st.ptr - status)}, false);
+  for (size_t i = 0; i < plan.fields.size(); ++i) {
+    if (i == plan.framing_at && plan.content_length)
+      add("content-length", {length, length_len}, false);
+    add(plan.fields[i].name, plan.fields[i].value, true);
+  }
+  if (plan.framing_at >= plan.fields.size() && plan.content_length)
+    add("content-length", {length, length_len}, false);
 }
 
-void response_head(int status, const http::Response& r, std::string_view content_type,
-                   int64_t length, const FieldList* extra, std::string_view csp_nonce,
-                   const HeadDefaults& d, FieldList& out) {
-  out.clear();
-  out.emplace_back(":status", std::to_string(status));
-  out.emplace_back("server", std::string(d.server_name));
-  out.emplace_back("date", std::string(d.date));
-  if (!content_type.empty()) out.emplace_back("content-type", std::string(content_type));
-  if (length >= 0) out.emplace_back("content-length", std::to_string(length));
-  out.emplace_back("x-content-type-options", std::string(http::kNosniff));
-  out.emplace_back("referrer-policy", std::string(d.referrer_policy));
-  for (const auto& [k, v] : r.headers)
-    if (h3_header_allowed(k, v)) out.emplace_back(lower(k), v);
-  if (extra)
-    for (const auto& [k, v] : *extra)
-      if (h3_header_allowed(k, v)) out.emplace_back(lower(k), v);
-  if (http::wants_default_csp(!csp_nonce.empty(), r)) {
-    std::string csp;
-    http::append_default_csp(csp, csp_nonce);
-    out.emplace_back("content-security-policy", std::move(csp));
-  }
+void H3Head::add(std::string_view name, std::string_view value, bool lower) {
+  size_t at = bytes_.size();
+  bytes_.append(name);
+  if (lower)
+    for (size_t i = at; i < bytes_.size(); ++i)
+      if (bytes_[i] >= 'A' && bytes_[i] <= 'Z')
+        bytes_[i] = static_cast<char>(bytes_[i] - 'A' + 'a');
+  bytes_.append(value);
+  nghttp3_nv nv;
+  nv.name = reinterpret_cast<uint8_t*>(bytes_.data() + at);
+  nv.namelen = name.size();
+  nv.value = reinterpret_cast<uint8_t*>(bytes_.data() + at + name.size());
+  nv.valuelen = value.size();
+  nv.flags = NGHTTP3_NV_FLAG_NONE;  // nghttp3 copies name and value
+  nva_.push_back(nv);
 }
 
-FilePlan plan_file(const http::ResolvedFile& f, bool head_only) {
-  FilePlan p;
-  p.status = f.status;
-  p.extra = f.headers;
-  if (f.status >= 400 && !f.fd.valid()) {
-    if (f.status == 416) {
-      p.length = 0;
-      return p;
-    }
-    std::string phrase(http::reason_phrase(f.status));
-    phrase.push_back('\n');
-    p.content_type = "text/plain; charset=utf-8";
-    p.length = static_cast<int64_t>(phrase.size());
-    if (!head_only) {
-      p.segments.push_back({std::move(phrase), 0, 0});
-      p.has_body = true;
-    }
-    return p;
-  }
-  if (!f.location.empty()) p.extra.emplace_back("Location", f.location);
-  p.content_type = f.content_type;
-  p.length = f.status == 304 ? -1 : static_cast<int64_t>(f.content_length);
-  if (!f.fd.valid() || f.content_length == 0 || head_only) return p;
-  p.has_body = true;
-  if (f.parts.empty()) {
-    http::ByteRange whole{0, f.size ? f.size - 1 : 0};
-    http::ByteRange r = f.ranges.empty() ? whole : f.ranges.front();
-    p.segments.push_back({{}, r.first, r.last - r.first + 1});
-    return p;
-  }
-  for (const auto& part : f.parts) {
-    p.segments.push_back({part.head, 0, 0});
-    p.segments.push_back({{}, part.range.first, part.range.last - part.range.first + 1});
-  }
-  p.segments.push_back({f.tail, 0, 0});
-  return p;
+std::string_view H3Head::name(size_t i) const {
+  return {reinterpret_cast<const char*>(nva_[i].name), nva_[i].namelen};
+}
+
+std::string_view H3Head::value(size_t i) const {
+  return {reinterpret_cast<const char*>(nva_[i].value), nva_[i].valuelen};
+}
+
+std::optional<std::string_view> H3Head::field(std::string_view n) const {
+  for (size_t i = 0; i < nva_.size(); ++i)
+    if (name(i) == n) return value(i);
+  return std::nullopt;
 }
 
 }  // namespace corral::quic

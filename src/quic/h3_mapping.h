@@ -4,13 +4,13 @@
 //     path and query the way the HTTP/1.1 parser does), :authority as the Host header, every other
 //     field as it came. A request that lacks a required pseudo-header is malformed (400); CONNECT
 //     is let through to admission, which refuses it (501) like over TCP.
-//   - response_head() lays out the HTTP/3 field list of a response: :status first, then the same
-//     defaults the HTTP/1.1 connection adds (server, date, content-type, content-length, nosniff,
-//     referrer-policy, the CSP nonce header of HTML) and the route's headers, lowercased (HTTP/3
-//     forbids uppercase names), minus connection-specific fields that HTTP/3 forbids.
+//   - H3Head serializes a ResponsePlan's head (the status, fields and length that
+//     http::plan_response decided for every protocol) into nghttp3 name/value pairs.
 // Lifetime: a RequestHead owns the bytes the Request's views point at; keep it alive (and do not
 // add fields) while the Request is in use.
 #pragma once
+
+#include <nghttp3/nghttp3.h>
 
 #include <cstdint>
 #include <deque>
@@ -20,9 +20,8 @@
 #include <utility>
 #include <vector>
 
-#include "http/file_response.h"
 #include "http/request.h"
-#include "http/response.h"
+#include "http/response_plan.h"
 
 namespace corral::quic {
 
@@ -58,43 +57,29 @@ class RequestHead {
   mutable std::string_view reason_;
 };
 
-// What the HTTP/1.1 connection adds to every response (ServerOptions).
-struct HeadDefaults {
-  std::string_view server_name = "corral";
-  std::string_view date;
-  std::string_view referrer_policy = "strict-origin-when-cross-origin";
+// The HTTP/3 head of a ResponsePlan (http/response_plan.h), as nghttp3 takes it: ":status", the
+// plan's fields with their names lowercased (HTTP/3 forbids uppercase), and "content-length"
+// where the plan has a length (where HTTP/1.1 writes its framing; HTTP/3 frames the body itself,
+// the field tells the length ahead, RFC 9114 §4.1.2). No Transfer-Encoding or Connection: the plan
+// already dropped what a route set of those. Owns the bytes the name/value pairs point at; nghttp3
+// copies them on submit, so a head can be dropped right after.
+class H3Head {
+ public:
+  explicit H3Head(const http::ResponsePlan& plan);
+  H3Head(const H3Head&) = delete;
+  H3Head& operator=(const H3Head&) = delete;
+
+  const nghttp3_nv* data() const { return nva_.data(); }
+  size_t size() const { return nva_.size(); }
+  std::string_view name(size_t i) const;
+  std::string_view value(size_t i) const;
+  // The first field called `name` (exact: names are lowercase), for tests and logs.
+  std::optional<std::string_view> field(std::string_view name) const;
+
+ private:
+  void add(std::string_view name, std::string_view value, bool lower);
+  std::string bytes_;  // every name and value, reserved once: the pairs point into it
+  std::vector<nghttp3_nv> nva_;
 };
-
-using FieldList = std::vector<std::pair<std::string, std::string>>;
-
-// `length` < 0: no content-length (a stream of unknown length, 204/304). `csp_nonce` non-empty:
-// an HTML response gets the CSP header unless the route set one. `extra` are the file resolver's
-// headers (ETag, Content-Range, ...).
-void response_head(int status, const http::Response& r, std::string_view content_type,
-                   int64_t length, const FieldList* extra, std::string_view csp_nonce,
-                   const HeadDefaults& d, FieldList& out);
-
-// A file response laid out for HTTP/3: the head to send and the body as segments, either framing
-// text (multipart part heads, the closing delimiter) or a range of the open file. Mirrors what
-// the HTTP/1.1 connection does with a ResolvedFile (404/403 get a short text body, 416 none,
-// 304 no length, HEAD the length a GET would have and no body).
-struct BodySegment {
-  std::string text;     // non-empty: send these bytes
-  uint64_t offset = 0;  // else: `length` bytes of the file from `offset`
-  uint64_t length = 0;
-};
-struct FilePlan {
-  int status = 200;
-  std::string content_type;
-  int64_t length = -1;  // content-length, or -1 for none
-  FieldList extra;      // the resolver's headers (and Location)
-  std::vector<BodySegment> segments;
-  bool has_body = false;
-};
-FilePlan plan_file(const http::ResolvedFile& f, bool head_only);
-
-// Whether a route's header may go out over HTTP/3 (name and value free of CR/LF/NUL, not a
-// connection-specific field).
-bool h3_header_allowed(std::string_view name, std::string_view value);
 
 }  // namespace corral::quic

@@ -23,12 +23,6 @@ RequestHead get(std::string_view path, std::string_view authority = "localhost:4
   return h;
 }
 
-std::optional<std::string> field(const FieldList& f, std::string_view name) {
-  for (const auto& [k, v] : f)
-    if (k == name) return v;
-  return std::nullopt;
-}
-
 TEST(RequestHead, MapsPseudoHeadersLikeTheHttp11Parser) {
   RequestHead h = get("/a/b?x=1&y");
   h.add(P::kNone, "accept", "text/plain");
@@ -128,158 +122,123 @@ TEST(RequestHead, Limits) {
   EXPECT_EQ(h.field("X-A"), std::string(100, 'v'));
 }
 
-TEST(ResponseHead, DefaultsLikeTheTcpConnection) {
+http::PlanContext h3_context() {
+  http::PlanContext c;
+  c.protocol = http::Protocol::kHttp3;
+  c.date = "Mon, 30 Nov 2026 00:00:00 GMT";
+  return c;
+}
+
+http::Request get_request(http::Method m = http::Method::kGet) {
+  http::Request req;
+  req.method = m;
+  req.method_name = http::method_name(m);
+  req.target = req.path = "/x";
+  return req;
+}
+
+TEST(H3Head, DefaultsLikeTheTcpConnection) {
   http::Response r = http::Response::text("hi");
   r.header("X-Custom", "1");
   r.header("Connection", "close");  // connection-specific: never over h3
-  r.header("Bad", "a\r\nb");
-  HeadDefaults d;
-  d.date = "Mon, 30 Nov 2026 00:00:00 GMT";
-  FieldList f;
-  response_head(200, r, r.content_type(), 2, nullptr, {}, d, f);
-  ASSERT_FALSE(f.empty());
-  EXPECT_EQ(f[0].first, ":status");
-  EXPECT_EQ(f[0].second, "200");
-  EXPECT_EQ(field(f, "server"), "corral");
-  EXPECT_EQ(field(f, "date"), d.date);
-  EXPECT_EQ(field(f, "content-type"), "text/plain; charset=utf-8");
-  EXPECT_EQ(field(f, "content-length"), "2");
-  EXPECT_EQ(field(f, "x-content-type-options"), "nosniff");
-  EXPECT_EQ(field(f, "referrer-policy"), "strict-origin-when-cross-origin");
-  EXPECT_EQ(field(f, "x-custom"), "1");
-  EXPECT_FALSE(field(f, "connection"));
-  EXPECT_FALSE(field(f, "bad"));
-  for (const auto& [k, v] : f)
-    for (char c : k) EXPECT_FALSE(c >= 'A' && c <= 'Z') << k;
+  http::Request req = get_request();
+  http::ResponsePlan plan;
+  http::plan_response(r, req, h3_context(), plan);
+  H3Head f(plan);
+  ASSERT_GT(f.size(), 0u);
+  EXPECT_EQ(f.name(0), ":status");
+  EXPECT_EQ(f.value(0), "200");
+  EXPECT_EQ(f.field("server"), "corral");
+  EXPECT_EQ(f.field("date"), "Mon, 30 Nov 2026 00:00:00 GMT");
+  EXPECT_EQ(f.field("content-type"), "text/plain; charset=utf-8");
+  EXPECT_EQ(f.field("content-length"), "2");
+  EXPECT_EQ(f.field("x-content-type-options"), "nosniff");
+  EXPECT_EQ(f.field("referrer-policy"), "strict-origin-when-cross-origin");
+  EXPECT_EQ(f.field("x-custom"), "1");
+  EXPECT_FALSE(f.field("connection"));
+  EXPECT_FALSE(f.field("transfer-encoding"));
+  for (size_t i = 0; i < f.size(); ++i)
+    for (char c : f.name(i)) EXPECT_FALSE(c >= 'A' && c <= 'Z') << f.name(i);
+  // content-length sits where HTTP/1.1 writes its framing: right after content-type.
+  for (size_t i = 0; i + 1 < f.size(); ++i)
+    if (f.name(i) == "content-type") {
+      EXPECT_EQ(f.name(i + 1), "content-length");
+    }
 }
 
-TEST(ResponseHead, HtmlGetsTheCspNonce) {
+TEST(H3Head, AnUnsafeHeaderIs500) {
+  http::Response r = http::Response::text("hi");
+  r.header("Bad", "a\r\nb");
+  http::Request req = get_request();
+  http::ResponsePlan plan;
+  http::plan_response(r, req, h3_context(), plan);
+  H3Head f(plan);
+  EXPECT_EQ(f.value(0), "500");
+  EXPECT_FALSE(f.field("bad"));
+  EXPECT_EQ(f.field("content-length"), "22");  // "Internal Server Error\n"
+}
+
+TEST(H3Head, HtmlGetsTheCspNonce) {
   http::Response r = http::Response::html("<p>x</p>");
-  FieldList f;
-  response_head(200, r, r.content_type(), 8, nullptr, "abc123", {}, f);
-  auto csp = field(f, "content-security-policy");
+  http::Request req = get_request();
+  http::ResponsePlan plan;
+  http::plan_response(r, req, h3_context(), plan);
+  H3Head f(plan);
+  auto csp = f.field("content-security-policy");
   ASSERT_TRUE(csp);
-  EXPECT_NE(csp->find("'nonce-abc123'"), std::string::npos);
+  EXPECT_NE(csp->find("'nonce-" + std::string(req.csp_nonce()) + "'"), std::string::npos);
 
   http::Response own = http::Response::html("<p>x</p>");
   own.header("Content-Security-Policy", "default-src 'none'");
-  response_head(200, own, own.content_type(), 8, nullptr, "abc123", {}, f);
-  EXPECT_EQ(field(f, "content-security-policy"), "default-src 'none'");
-
-  http::Response text = http::Response::text("x");
-  response_head(200, text, text.content_type(), 1, nullptr, "abc123", {}, f);
-  EXPECT_FALSE(field(f, "content-security-policy"));
+  http::ResponsePlan own_plan;
+  http::plan_response(own, req, h3_context(), own_plan);
+  EXPECT_EQ(H3Head(own_plan).field("content-security-policy"), "default-src 'none'");
 }
 
-TEST(ResponseHead, NoLengthForUnknownStreams) {
+TEST(H3Head, NoLengthFor204OrUnknownStreams) {
   http::Response r = http::Response::status_only(204);
-  FieldList f;
-  response_head(204, r, {}, -1, nullptr, {}, {}, f);
-  EXPECT_FALSE(field(f, "content-length"));
-  EXPECT_FALSE(field(f, "content-type"));
+  http::Request req = get_request();
+  http::ResponsePlan plan;
+  http::plan_response(r, req, h3_context(), plan);
+  H3Head f(plan);
+  EXPECT_EQ(f.value(0), "204");
+  EXPECT_FALSE(f.field("content-length"));
+  EXPECT_FALSE(f.field("content-type"));
+
+  class Idle final : public http::StreamProducer {
+   public:
+    void on_start(http::StreamWriter&) override {}
+  };
+  http::Response s = http::Response::stream(std::make_unique<Idle>());
+  http::ResponsePlan stream_plan;
+  http::plan_response(s, req, h3_context(), stream_plan);
+  H3Head sf(stream_plan);
+  EXPECT_FALSE(sf.field("content-length"));
+  EXPECT_FALSE(sf.field("transfer-encoding"));
 }
 
-class FilePlanTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/h3planXXXXXX";
-    root_ = mkdtemp(tmpl);
-    std::ofstream(root_ + "/f.txt") << "0123456789abcdefghij";  // 20 bytes
-    req_.method = http::Method::kGet;
-    req_.method_name = "GET";
-    req_.target = req_.path = "/f.txt";
-  }
-  void TearDown() override { std::filesystem::remove_all(root_); }
-  http::ResolvedFile resolve() {
-    http::FileSpec spec;
-    spec.root = root_;
-    spec.path = "f.txt";
-    return http::resolve_file(req_, spec);
-  }
-  std::string root_;
-  http::Request req_;
-};
-
-TEST_F(FilePlanTest, WholeFile) {
-  auto f = resolve();
-  auto p = plan_file(f, false);
-  EXPECT_EQ(p.status, 200);
-  EXPECT_EQ(p.length, 20);
-  ASSERT_EQ(p.segments.size(), 1u);
-  EXPECT_EQ(p.segments[0].offset, 0u);
-  EXPECT_EQ(p.segments[0].length, 20u);
-  EXPECT_TRUE(p.has_body);
-  auto head = plan_file(resolve(), true);
-  EXPECT_EQ(head.length, 20);
-  EXPECT_FALSE(head.has_body);
-  EXPECT_TRUE(head.segments.empty());
-}
-
-TEST_F(FilePlanTest, SingleRange) {
-  req_.headers.add("Range", "bytes=5-9");
-  auto p = plan_file(resolve(), false);
-  EXPECT_EQ(p.status, 206);
-  EXPECT_EQ(p.length, 5);
-  ASSERT_EQ(p.segments.size(), 1u);
-  EXPECT_EQ(p.segments[0].offset, 5u);
-  EXPECT_EQ(p.segments[0].length, 5u);
-  bool found = false;
-  for (const auto& [k, v] : p.extra)
-    if (k == "Content-Range") found = v == "bytes 5-9/20";
-  EXPECT_TRUE(found);
-}
-
-TEST_F(FilePlanTest, MultipleRanges) {
-  req_.headers.add("Range", "bytes=0-1,10-11");
-  auto p = plan_file(resolve(), false);
-  EXPECT_EQ(p.status, 206);
-  EXPECT_EQ(p.content_type.rfind("multipart/byteranges; boundary=", 0), 0u);
-  ASSERT_EQ(p.segments.size(), 5u);  // head, range, head, range, tail
-  uint64_t total = 0;
-  for (const auto& s : p.segments) total += s.text.empty() ? s.length : s.text.size();
-  EXPECT_EQ(static_cast<int64_t>(total), p.length);
-  EXPECT_EQ(p.segments[3].offset, 10u);
-}
-
-TEST_F(FilePlanTest, UnsatisfiableRangeIs416WithoutBody) {
-  req_.headers.add("Range", "bytes=100-200");
-  auto p = plan_file(resolve(), false);
-  EXPECT_EQ(p.status, 416);
-  EXPECT_EQ(p.length, 0);
-  EXPECT_FALSE(p.has_body);
-}
-
-TEST_F(FilePlanTest, IfRangeMismatchServesWholeFile) {
-  req_.headers.add("Range", "bytes=5-9");
-  req_.headers.add("If-Range", "\"not-the-etag\"");
-  auto p = plan_file(resolve(), false);
-  EXPECT_EQ(p.status, 200);
-  EXPECT_EQ(p.length, 20);
-}
-
-TEST_F(FilePlanTest, NotModified) {
-  auto etag = [&] {
-    auto f = resolve();
-    for (const auto& [k, v] : f.headers)
-      if (k == "ETag") return v;
-    return std::string();
-  }();
-  req_.headers.add("If-None-Match", etag);
-  auto p = plan_file(resolve(), false);
-  EXPECT_EQ(p.status, 304);
-  EXPECT_EQ(p.length, -1);
-  EXPECT_FALSE(p.has_body);
-}
-
-TEST_F(FilePlanTest, MissingIs404WithText) {
+TEST(H3Head, AFileRangeKeepsItsFieldsAfterThePlanIsGone) {
+  char tmpl[] = "/tmp/h3headXXXXXX";
+  std::string root = mkdtemp(tmpl);
+  std::ofstream(root + "/f.txt") << "0123456789abcdefghij";
+  http::Request req = get_request();
+  req.target = req.path = "/f.txt";
+  req.headers.add("Range", "bytes=5-9");
   http::FileSpec spec;
-  spec.root = root_;
-  spec.path = "nope";
-  auto p = plan_file(http::resolve_file(req_, spec), false);
-  EXPECT_EQ(p.status, 404);
-  ASSERT_EQ(p.segments.size(), 1u);
-  EXPECT_EQ(p.segments[0].text, "Not Found\n");
-  EXPECT_EQ(p.length, 10);
+  spec.root = root;
+  spec.path = "f.txt";
+  http::Response r = http::Response::file(std::move(spec));
+  std::optional<H3Head> head;
+  {
+    http::ResponsePlan plan;
+    http::plan_response(r, req, h3_context(), plan);
+    head.emplace(plan);
+  }
+  EXPECT_EQ(head->value(0), "206");
+  EXPECT_EQ(head->field("content-length"), "5");
+  EXPECT_EQ(head->field("content-range"), "bytes 5-9/20");
+  EXPECT_EQ(head->field("accept-ranges"), "bytes");
+  std::filesystem::remove_all(root);
 }
 
 }  // namespace

@@ -128,27 +128,17 @@ void H3Stream::respond_error(int status, std::string_view reason) {
   submit(r);
 }
 
-void H3Stream::submit_head(int status, const http::Response& r, std::string_view content_type,
-                           int64_t length, const FieldList* extra, bool with_body) {
+http::PlanContext H3Stream::plan_context() {
   auto& tcp = conn_.endpoint().tcp();
-  HeadDefaults d;
-  d.server_name = tcp.options().server_name;
-  d.date = tcp.date();
-  d.referrer_policy = tcp.options().referrer_policy;
-  std::string_view nonce = req_.has_csp_nonce() ? req_.csp_nonce() : std::string_view{};
-  FieldList fields;
-  response_head(status, r, content_type, length, extra, nonce, d, fields);
-  std::vector<nghttp3_nv> nva;
-  nva.reserve(fields.size());
-  for (const auto& [k, v] : fields) {
-    nghttp3_nv nv;
-    nv.name = reinterpret_cast<uint8_t*>(const_cast<char*>(k.data()));
-    nv.namelen = k.size();
-    nv.value = reinterpret_cast<uint8_t*>(const_cast<char*>(v.data()));
-    nv.valuelen = v.size();
-    nv.flags = NGHTTP3_NV_FLAG_NONE;  // nghttp3 copies name and value
-    nva.push_back(nv);
-  }
+  http::PlanContext ctx;
+  ctx.protocol = http::Protocol::kHttp3;
+  ctx.server_name = tcp.options().server_name;
+  ctx.date = tcp.date();
+  ctx.referrer_policy = tcp.options().referrer_policy;
+  return ctx;  // no Alt-Svc: the client is here already
+}
+
+void H3Stream::submit_head(const H3Head& head, int status, bool with_body) {
   nghttp3_data_reader reader;
   reader.read_data = nullptr;
   if (with_body)
@@ -163,88 +153,70 @@ void H3Stream::submit_head(int status, const http::Response& r, std::string_view
   status_ = status;
   responded_ = true;
   if (!conn_.h3()) return;
-  int rv = nghttp3_conn_submit_response(conn_.h3(), id_, nva.data(), nva.size(),
+  int rv = nghttp3_conn_submit_response(conn_.h3(), id_, head.data(), head.size(),
                                         with_body ? &reader : nullptr);
   if (rv != 0) {
-    tcp.log().warn("h3_submit_response", "error=\"{}\"", nghttp3_strerror(rv));
+    conn_.endpoint().tcp().log().warn("h3_submit_response", "error=\"{}\"", nghttp3_strerror(rv));
     ngtcp2_conn_shutdown_stream(conn_.quic(), id_, NGHTTP3_H3_INTERNAL_ERROR);
   }
   conn_.schedule_write();
 }
 
 void H3Stream::submit(http::Response& r) {
-  const bool head_only = req_.method == http::Method::kHead;
-  for (const auto& [k, v] : r.headers) {
-    if (!h3_header_allowed(k, v) && (k.empty() || k.find_first_of("\r\n") != std::string::npos ||
-                                     v.find_first_of("\r\n") != std::string::npos)) {
-      conn_.endpoint().log().error("bad_response_header", "pattern=\"{}\" header=\"{}\"",
-                                   req_.pattern, fmt::format("{:.40}", k));
-      http::Response err = http::Response::status_only(500);
-      submit(err);
-      return;
-    }
-  }
+  http::ResponsePlan plan;
+  http::plan_response(r, req_, plan_context(), plan);
+  if (!plan.refused_header.empty())
+    conn_.endpoint().log().error("bad_response_header", "pattern=\"{}\" header=\"{}\"",
+                                 req_.pattern, fmt::format("{:.40}", plan.refused_header));
   log_method_.assign(req_.method_name);
   log_target_.assign(req_.target);
-  if (r.is_html() && !std::holds_alternative<http::FileSpec>(r.body)) req_.csp_nonce();
-  const bool no_body_status = r.status == 204 || r.status == 304 || r.status < 200;
-
-  if (auto* text = std::get_if<std::string>(&r.body)) {
-    int64_t len = no_body_status ? -1 : static_cast<int64_t>(text->size());
-    bool with_body = !head_only && !no_body_status && !text->empty();
-    if (with_body) {
-      add_chunk(std::move(*text));
-      eof_ = true;
-    }
-    submit_head(r.status, r, r.content_type(), len, nullptr, with_body);
-    return;
-  }
-  if (std::holds_alternative<std::monostate>(r.body)) {
-    submit_head(r.status, r, r.content_type(), no_body_status ? -1 : 0, nullptr, false);
-    return;
-  }
-  if (auto* spec = std::get_if<http::FileSpec>(&r.body)) {
-    http::ResolvedFile f = http::resolve_file(req_, *spec);
-    FilePlan plan = plan_file(f, head_only);
-    if (plan.has_body) {
-      file_fd_ = std::move(f.fd);
-      segments_ = std::move(plan.segments);
-      segment_ = 0;
-      file_active_ = true;
-    }
-    submit_head(plan.status, r, plan.content_type, plan.length, &plan.extra, plan.has_body);
-    return;
-  }
-  if (auto* d = std::get_if<http::DeferredBody>(&r.body)) {
-    if (!d->producer) {
-      http::Response err = http::Response::status_only(500);
+  switch (plan.body) {
+    case http::BodyKind::kDeferred:
+      deferred_ = std::move(plan.deferred);
+      deferred_->start(*this);  // may respond() at once
+      return;
+    case http::BodyKind::kUpgrade: {
+      // An upgrade (WebSocket) has no meaning on an HTTP/3 request stream (RFC 9220's extended
+      // CONNECT is not supported): refuse it plainly.
+      conn_.endpoint().log().info("request_refused",
+                                  "remote={} status=501 reason=\"upgrade over h3\" proto=h3",
+                                  conn_.peer().text());
+      http::Response err = http::Response::status_only(501);
       submit(err);
       return;
     }
-    deferred_ = std::move(d->producer);
-    deferred_->start(*this);  // may respond() at once
-    return;
+    case http::BodyKind::kBytes: {
+      bool with_body = plan.send_body && !plan.bytes.empty();
+      if (with_body) {
+        add_chunk(plan.take_bytes());
+        eof_ = true;
+      }
+      submit_head(H3Head(plan), plan.status, with_body);
+      return;
+    }
+    case http::BodyKind::kFile: {
+      H3Head head(plan);  // a copy of the fields: some point into plan.file, moved next
+      file_ = std::move(plan.file);
+      segments_ = http::file_segments(file_);
+      segment_ = 0;
+      file_active_ = true;
+      submit_head(head, plan.status, true);
+      return;
+    }
+    case http::BodyKind::kStream:
+      if (!plan.send_body || !plan.producer) {
+        if (plan.send_body) eof_ = true;  // an empty stream
+        submit_head(H3Head(plan), plan.status, false);
+        return;
+      }
+      producer_ = std::move(plan.producer);
+      submit_head(H3Head(plan), plan.status, true);
+      producer_->on_start(*this);
+      return;
+    case http::BodyKind::kNone:
+      submit_head(H3Head(plan), plan.status, false);
+      return;
   }
-  if (std::holds_alternative<http::UpgradeBody>(r.body)) {
-    // An upgrade (WebSocket) has no meaning on an HTTP/3 request stream (RFC 9220's extended
-    // CONNECT is not supported): refuse it plainly.
-    conn_.endpoint().log().info("request_refused",
-                                "remote={} status=501 reason=\"upgrade over h3\" proto=h3",
-                                conn_.peer().text());
-    http::Response err = http::Response::status_only(501);
-    submit(err);
-    return;
-  }
-  auto& stream = std::get<http::StreamBody>(r.body);
-  int64_t len = stream.length ? static_cast<int64_t>(*stream.length) : -1;
-  if (head_only || no_body_status || !stream.producer) {
-    if (!stream.producer && !head_only && !no_body_status) eof_ = true;
-    submit_head(r.status, r, r.content_type(), len, nullptr, false);
-    return;
-  }
-  producer_ = std::move(stream.producer);
-  submit_head(r.status, r, r.content_type(), len, nullptr, true);
-  producer_->on_start(*this);
 }
 
 void H3Stream::add_chunk(std::string data) {
@@ -259,13 +231,13 @@ bool H3Stream::fill_file() {
     if (segment_ == segments_.size()) {
       file_active_ = false;
       eof_ = true;
-      file_fd_.reset();
       segments_.clear();
+      file_ = http::ResolvedFile{};
       return true;
     }
     auto& seg = segments_[segment_];
     if (!seg.text.empty()) {
-      add_chunk(std::move(seg.text));
+      add_chunk(std::string(seg.text));  // a chunk lives until acked; the file may go first
       ++segment_;
       continue;
     }
@@ -275,7 +247,7 @@ bool H3Stream::fill_file() {
     }
     size_t want = seg.length > kFileChunk ? kFileChunk : static_cast<size_t>(seg.length);
     std::string chunk(want, '\0');
-    ssize_t n = ::pread(file_fd_.get(), chunk.data(), want, static_cast<off_t>(seg.offset));
+    ssize_t n = ::pread(file_.fd.get(), chunk.data(), want, static_cast<off_t>(seg.offset));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       // The file shrank under us or cannot be read: the announced length cannot be kept.
