@@ -582,6 +582,56 @@ TEST_F(ServerTest, MaxConnectionsRefusesTheExtraOne) {
   EXPECT_EQ(rc[0].body, "c");
 }
 
+TEST_F(ServerTest, RouteHeadersAreJudgedOnceBeforeTheyReachTheWire) {
+  // The response plan (http/response_plan.h) refuses a header that could split the head (500,
+  // the connection goes on) and drops the framing and connection fields a route may not set.
+  start();
+  SiteBuilder b;
+  b.route("GET /split", [](Request&) {
+    Response r = Response::text("secret");
+    r.header("X-Injected", "a\r\nSet-Cookie: evil=1");
+    return r;
+  });
+  b.route("GET /framing", [](Request&) {
+    Response r = Response::text("hi");
+    r.header("Transfer-Encoding", "chunked");
+    r.header("Content-Length", "99");
+    r.header("Connection", "close");
+    r.header("X-Kept", "1");
+    return r;
+  });
+  auto site = b.build();
+  ASSERT_TRUE(site.ok());
+  server_->publish(site.value());
+  auto c = connect();
+  c->send(get("/split") + get("/framing") + get("/framing"));
+  auto rs = await(*c, 3);
+  ASSERT_EQ(rs.size(), 3u) << c->received();
+  EXPECT_EQ(rs[0].status, 500);
+  EXPECT_EQ(rs[0].body, "Internal Server Error\n");
+  EXPECT_FALSE(rs[0].header("set-cookie"));
+  EXPECT_FALSE(rs[0].header("x-injected"));
+  EXPECT_EQ(rs[1].status, 200);
+  EXPECT_EQ(rs[1].body, "hi");
+  EXPECT_EQ(rs[1].header("content-length"), "2");
+  EXPECT_FALSE(rs[1].header("transfer-encoding"));
+  EXPECT_FALSE(rs[1].header("connection"));
+  EXPECT_EQ(rs[1].header("x-kept"), "1");
+  EXPECT_EQ(rs[2].body, "hi");
+  EXPECT_EQ(c->received().find("secret"), std::string::npos);
+  EXPECT_FALSE(c->eof());
+
+  // HEAD: the 500's length, and no body.
+  auto h = connect();
+  h->send("HEAD /split HTTP/1.1\r\nHost: localhost\r\n\r\n");
+  ASSERT_TRUE(drive([&] { return h->received().find("\r\n\r\n") != std::string::npos; }, 10000ms,
+                    {h.get()}));
+  settle({h.get()});
+  EXPECT_EQ(h->received().rfind("HTTP/1.1 500 ", 0), 0u) << h->received();
+  EXPECT_NE(h->received().find("Content-Length: 22\r\n"), std::string::npos);
+  EXPECT_EQ(h->received().size(), h->received().find("\r\n\r\n") + 4) << h->received();
+}
+
 TEST(ServerHandleRequest, AdmissionThenSiteWithoutASocket) {
   SlowStreams streams;
   auto site = make_site("v1", streams);
