@@ -20,12 +20,11 @@ What is checked, on the real binary:
 import http.client
 import json
 import os
-import subprocess
-import time
 
 import pytest
 
-from conftest import CORRAL_BIN, poll
+from conftest import CORRAL_BIN
+from corral_test_util import ctl, poll, wait_control_socket
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CPP_WORKER = os.environ.get(
@@ -68,13 +67,11 @@ def pct(b):
     return "".join(f"%{x:02X}" for x in b)
 
 
-
-
 class Corral:
     def __init__(self, srv, state_dir):
         self.srv = srv
         self.state_dir = state_dir
-        poll(lambda: os.path.exists(os.path.join(state_dir, "control.sock")), 10, "control socket")
+        wait_control_socket(state_dir, 10, what="control socket")
         self.supervisor = srv.proc.pid
         self.server_pids = self.processes()
 
@@ -88,8 +85,7 @@ class Corral:
             c.close()
 
     def ctl(self, *args):
-        return subprocess.run([CORRAL_BIN, "ctl", *args, "--state-dir", self.state_dir],
-                              capture_output=True, text=True, timeout=10)
+        return ctl(self.state_dir, *args)
 
     def processes(self):
         r = self.ctl("processes")

@@ -22,7 +22,8 @@ import time
 import pytest
 
 from conftest import CORRAL_BIN
-from h3util import GTLSCLIENT, free_port, h3_fetch, run_clients
+from corral_test_util import free_port
+from h3util import GTLSCLIENT, h3_fetch, run_clients
 
 pytestmark = pytest.mark.skipif(not os.path.exists(GTLSCLIENT), reason="gtlsclient missing")
 

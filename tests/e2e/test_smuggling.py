@@ -9,11 +9,10 @@ connection must carry exactly the expected responses and then be closed by the s
 after the error response). Each attempt is sent whole and byte by byte (one send per byte, so the
 body parser sees every split point).
 """
-import socket
 
 import pytest
 
-from conftest import read_response
+from corral_test_util import Prefixed, expect_closed, read_response
 
 HOST = b"Host: localhost\r\n"
 CANARY = b"GET /canary HTTP/1.1\r\nHost: localhost\r\n\r\n"
@@ -116,25 +115,9 @@ ATTEMPTS = [
 ]
 
 
-class Pushback:
-    """A socket whose recv() first returns bytes read_response() read past one response."""
-
-    def __init__(self, sock):
-        self.sock, self.pending = sock, b""
-
-    def settimeout(self, t):
-        self.sock.settimeout(t)
-
-    def recv(self, n, *flags):
-        if self.pending:
-            b, self.pending = self.pending[:n], self.pending[n:]
-            return b
-        return self.sock.recv(n, *flags)
-
-
 def read_responses(sock, count):
     """Reads `count` responses; returns their statuses, the last one's headers and what follows."""
-    reader = Pushback(sock)
+    reader = Prefixed(sock)
     statuses, headers = [], {}
     for _ in range(count):
         try:
@@ -142,8 +125,8 @@ def read_responses(sock, count):
         except ConnectionError:
             break
         statuses.append(status)
-        reader.pending = rest + reader.pending
-    return statuses, headers, reader.pending
+        reader.prefix = rest + reader.prefix
+    return statuses, headers, reader.prefix
 
 
 def send(sock, data, bytewise):
@@ -155,22 +138,6 @@ def send(sock, data, bytewise):
             sock.send(data[i:i + 1])
     except (BrokenPipeError, ConnectionResetError):
         pass  # the server refused and closed before the end: its answer is read below
-
-
-def expect_closed(sock, timeout=3.0):
-    sock.settimeout(timeout)
-    extra = b""
-    try:
-        while True:
-            b = sock.recv(65536)
-            if not b:
-                break
-            extra += b
-    except socket.timeout:
-        raise AssertionError(f"connection still open after {timeout}s; extra bytes {extra[:200]!r}")
-    except ConnectionResetError:
-        pass
-    assert extra == b"", f"a response after the last expected one: {extra[:300]!r}"
 
 
 def canary_count(srv):
@@ -191,7 +158,7 @@ def test_smuggling(server_factory, data, statuses, bytewise):
         assert got == statuses, f"responses {got}, expected {statuses}"
         assert headers.get("connection") == "close"
         assert rest == b"", f"a response after the last expected one: {rest[:300]!r}"
-        expect_closed(s)
+        assert expect_closed(s) == b"", "a response after the last expected one"
     assert canary_count(srv) == 0
 
 
