@@ -214,7 +214,8 @@ def test_kill_9_loses_no_acknowledged_save(notes):
     for i in range(1, 6):
         assert n.save("k1", f"text {i}") == i
     assert n.stored("k1") == ("text 5", 5)  # in the file before the answer, not 2 s later
-    pid = poll(lambda: n.workers().get("note:k1", {}).get("pid"), 5, "the worker's pid", interval=0.05)
+    pid = poll(lambda: n.workers().get("note:k1", {}).get("pid"), 5, "the worker's pid",
+               interval=0.05)
     os.kill(pid, signal.SIGKILL)
     poll(lambda: n.workers().get("note:k1", {}).get("status") == "failed", 10,
          "the worker's failure after kill -9", interval=0.05)

@@ -108,7 +108,8 @@ class Corral:
     # processes
     def worker_pids(self):
         """Live children of the supervisor running the worker program (from /proc)."""
-        return {p for p, cmd in children_of(self.srv.proc.pid).items() if self.marker.encode() in cmd}
+        marker = self.marker.encode()
+        return {p for p, cmd in children_of(self.srv.proc.pid).items() if marker in cmd}
 
     def starts(self):
         return self.srv.log().count("worker_starting ")
