@@ -7,6 +7,7 @@ fixtures (raw HTTP reads, polling, the control socket) live in corral_test_util.
 """
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -120,6 +121,15 @@ def server_factory(tmp_path):
     yield factory
     for srv in started:
         srv.stop()
+
+
+@pytest.fixture
+def no_core_dumps():
+    """For a test that aborts processes on purpose: no core files in the working tree."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, hard))
+    yield
+    resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
 
 
 @pytest.fixture

@@ -208,6 +208,13 @@ def ctl(state_dir, *args, timeout=10):
                           capture_output=True, text=True, timeout=timeout)
 
 
+def ctl_json(state_dir, *args, timeout=10):
+    """`corral ctl ARGS`'s JSON output; fails (with what it printed) when it exits non-zero."""
+    r = ctl(state_dir, *args, timeout=timeout)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(r.stdout)
+
+
 # --- processes ----------------------------------------------------------------------------------
 
 

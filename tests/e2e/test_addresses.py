@@ -24,7 +24,7 @@ import os
 import pytest
 
 from conftest import CORRAL_BIN
-from corral_test_util import ctl, poll, wait_control_socket
+from corral_test_util import ctl, ctl_json, poll, wait_control_socket
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CPP_WORKER = os.environ.get(
@@ -88,14 +88,10 @@ class Corral:
         return ctl(self.state_dir, *args)
 
     def processes(self):
-        r = self.ctl("processes")
-        assert r.returncode == 0, r.stdout + r.stderr
-        return sorted(p["pid"] for p in json.loads(r.stdout)["processes"])
+        return sorted(p["pid"] for p in ctl_json(self.state_dir, "processes")["processes"])
 
     def workers(self):
-        r = self.ctl("workers")
-        assert r.returncode == 0, r.stdout + r.stderr
-        return json.loads(r.stdout)
+        return ctl_json(self.state_dir, "workers")
 
     def assert_nothing_died(self):
         assert self.srv.proc.poll() is None, self.srv.log()[-3000:]

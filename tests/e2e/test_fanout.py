@@ -20,7 +20,6 @@ deadline; the only fixed pauses are the test's own schedule (a kill every second
 import json
 import os
 import re
-import resource
 import select
 import shutil
 import signal
@@ -431,15 +430,6 @@ def test_child_exiting_0_is_not_respawned(fanout):
 
 
 # --- crash loop ---------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def no_core_dumps():
-    """The crash-loop test aborts a process a dozen times: no core files in the working tree."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
-    resource.setrlimit(resource.RLIMIT_CORE, (0, hard))
-    yield
-    resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
 
 
 def test_crash_at_start_backs_off_and_shows_in_state(fanout, no_core_dumps):

@@ -28,7 +28,7 @@ import urllib.parse
 import pytest
 
 from conftest import CORRAL_BIN
-from corral_test_util import ctl, poll, wait_control_socket
+from corral_test_util import ctl, ctl_json, poll, wait_control_socket
 
 NOTES_WORKER = os.environ.get(
     "CORRAL_NOTES_WORKER",
@@ -89,9 +89,7 @@ class Notes:
 
     def workers(self):
         """The manager's entries (`corral ctl workers`): {address: {status, pid, ...}}."""
-        r = self.ctl("workers")
-        assert r.returncode == 0, r.stderr
-        return json.loads(r.stdout)
+        return ctl_json(self.state_dir, "workers")
 
     def path(self, key):
         return os.path.join(self.state_dir, "notes", f"note%3A{key}.sqlite")

@@ -15,7 +15,6 @@ exit status says why it stopped.
 """
 import os
 import re
-import resource
 import shutil
 import signal
 import tempfile
@@ -125,14 +124,6 @@ def test_both_server_processes_killed_at_once_are_respawned(server_factory, stat
     assert get(srv, "/")[0] == 200 and alive(srv)
     srv.signal(signal.SIGTERM)
     assert srv.wait_exit(timeout=10) == 0, srv.log()[-3000:]
-
-
-@pytest.fixture
-def no_core_dumps():
-    soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
-    resource.setrlimit(resource.RLIMIT_CORE, (0, hard))
-    yield
-    resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
 
 
 def test_crash_loop_of_the_only_server_process_keeps_the_supervisor(server_factory, state_dir,

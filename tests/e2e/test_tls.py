@@ -25,7 +25,7 @@ import time
 import pytest
 
 from conftest import CORRAL_BIN
-from corral_test_util import Prefixed, read_response, recv_all
+from corral_test_util import read_response, read_responses, recv_all
 
 
 def tls_port(srv, timeout=10.0):
@@ -143,12 +143,7 @@ def test_pipelined_requests_over_one_tls_connection(tls_site):
                     for p in ("/files/hello.txt", "/canary/count", "/files/hello.txt",
                               "/files/nope"))
     s.sendall(reqs)
-    rest = b""
-    got = []
-    for _ in range(4):
-        # read_response reads from the socket; feed it what was left over first.
-        status, headers, body, rest = read_response(Prefixed(s, rest))
-        got.append((status, body))
+    got = [(status, body) for status, _, body in read_responses(s, 4)[0]]
     assert got[0] == (200, b"hello over tls\n")
     assert got[1][0] == 200
     assert got[2] == (200, b"hello over tls\n")

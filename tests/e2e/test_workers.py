@@ -43,7 +43,8 @@ import time
 import pytest
 
 from conftest import CORRAL_BIN
-from corral_test_util import alive, children_of, control_request, ctl, poll, wait_control_socket
+from corral_test_util import (alive, children_of, control_request, ctl, ctl_json, poll,
+                              wait_control_socket)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PY_WORKER = os.path.join(REPO, "examples", "worker_python", "worker.py")
@@ -101,9 +102,7 @@ class Corral:
         return ctl(self.state_dir, *args)
 
     def ctl_workers(self):
-        r = self.ctl("workers")
-        assert r.returncode == 0, r.stderr
-        return json.loads(r.stdout)
+        return ctl_json(self.state_dir, "workers")
 
     # processes
     def worker_pids(self):
