@@ -116,6 +116,15 @@ def read_responses(sock, count, timeout=5.0):
     return out, left
 
 
+def exchange(srv, request, timeout=5.0):
+    """Sends the raw `request` on a new connection of `srv` (a conftest Server), reads one
+    response; returns (status, headers, body)."""
+    with srv.connect(timeout=timeout) as s:
+        s.sendall(request)
+        status, headers, body, _ = read_response(s, timeout)
+    return status, headers, body
+
+
 # --- reading until the peer closes --------------------------------------------------------------
 
 

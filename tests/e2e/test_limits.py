@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from corral_test_util import expect_closed, poll, read_response, rss_kib
+from corral_test_util import exchange, expect_closed, poll, read_response, rss_kib
 
 HOST = b"Host: localhost\r\n"
 HELLO = b"GET /hello HTTP/1.1\r\nHost: localhost\r\n\r\n"
@@ -369,11 +369,9 @@ def test_slowloris(server_factory):
 # --- backpressure --------------------------------------------------------------------------------
 
 def infinite_aborts(srv):
-    with srv.connect() as s:
-        s.sendall(b"GET /infinite/aborts HTTP/1.1\r\n" + HOST + b"\r\n")
-        status, _, body, _ = read_response(s)
-        assert status == 200
-        return int(body)
+    status, _, body = exchange(srv, b"GET /infinite/aborts HTTP/1.1\r\n" + HOST + b"\r\n")
+    assert status == 200
+    return int(body)
 
 
 def small_rcvbuf_socket(srv):

@@ -12,7 +12,7 @@ body parser sees every split point).
 
 import pytest
 
-from corral_test_util import Prefixed, expect_closed, read_response
+from corral_test_util import Prefixed, exchange, expect_closed, read_response
 
 HOST = b"Host: localhost\r\n"
 CANARY = b"GET /canary HTTP/1.1\r\nHost: localhost\r\n\r\n"
@@ -141,11 +141,9 @@ def send(sock, data, bytewise):
 
 
 def canary_count(srv):
-    with srv.connect() as s:
-        s.sendall(b"GET /canary/count HTTP/1.1\r\n" + HOST + b"\r\n")
-        status, _, body, _ = read_response(s)
-        assert status == 200
-        return int(body)
+    status, _, body = exchange(srv, b"GET /canary/count HTTP/1.1\r\n" + HOST + b"\r\n")
+    assert status == 200
+    return int(body)
 
 
 @pytest.mark.parametrize("bytewise", [False, True], ids=["whole", "bytewise"])
