@@ -750,6 +750,26 @@ TEST_F(SupervisorTest, MaxDrainingZeroClosesTheOldProcess) {
   EXPECT_EQ(process(0).signals, (std::vector<int>{SIGTERM, SIGKILL}));
 }
 
+// The SIGKILL timer of a closed process goes with its reap: its pid may be someone else's by the
+// time it would fire (the fake fails a signal to a reaped pid).
+TEST_F(SupervisorTest, AClosedProcessThatExitsInTimeIsNotKilledLater) {
+  auto o = options(1);
+  o.max_draining = 0;
+  start(o);
+  FakeLauncher::ready(process(0));
+  run();
+  sup->reload(listeners, child_main);
+  run();
+  FakeLauncher::ready(process(1));
+  run(10'000);
+  EXPECT_EQ(process(0).signals, std::vector<int>{SIGTERM});
+  FakeLauncher::exit_with(process(0), 0);
+  run(60'000);
+  EXPECT_EQ(process(0).signals, std::vector<int>{SIGTERM});
+  EXPECT_EQ(slot(0).pid, process(1).pid);
+  EXPECT_EQ(fake.processes.size(), 2u);
+}
+
 // kGenerations (4) indexes: a fifth generation next to a first one that still drains would share
 // its QUIC CIDs and forwarding pair. It waits for that one's exit (sent SIGTERM), the fourth
 // serving meanwhile. The fake checks at every launch that no live process of the slot has the
