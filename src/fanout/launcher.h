@@ -1,4 +1,4 @@
-// ProcessLauncher: every call the supervisor makes to the OS to start, signal and reap a server
+// Launcher: every call the supervisor makes to the OS to start, signal and reap a server
 // process, behind one interface (STYLE rule 5), so its respawn, backoff, termination and
 // generations run in a unit test on a fake clock with fake processes (supervisor_test.cc): no
 // fork, no sleep, and each step of a spawn can be made to fail.
@@ -6,7 +6,9 @@
 // The steps of a spawn, in the supervisor's order: the ready pipe, the link socketpair, a fresh
 // listening socket for a slot whose sockets were closed, the fork (which runs the ChildMain in the
 // child), the pidfd. A readable pidfd means the process exited; reap() says how. ForkLauncher is
-// the real one (`corral serve`, run_fanout).
+// the real one (`corral serve`, run_fanout's callers). workers::Launcher is the same seam for the
+// worker manager, which execs a command in one call; a server process is forked in steps, each of
+// which can fail on its own.
 //
 // A launcher is borrowed by its Supervisor and must outlive it. Single-threaded, like the
 // supervisor; ForkLauncher holds no state but the logger its children log to.
@@ -68,9 +70,9 @@ struct FdPair {
   core::UniqueFd theirs;
 };
 
-class ProcessLauncher {
+class Launcher {
  public:
-  virtual ~ProcessLauncher() = default;
+  virtual ~Launcher() = default;
 
   // The pipe a child writes one byte to once it serves (ChildContext::notify_ready).
   virtual core::Result<FdPair> make_ready_pipe() = 0;
@@ -97,7 +99,7 @@ class ProcessLauncher {
 // arms PR_SET_PDEATHSIG(SIGTERM), then checks its parent is still the process that forked it (it
 // may have died before prctl), pins itself, unblocks the signals the supervisor's signalfd had
 // blocked and closes every inherited descriptor not in its ChildContext.
-class ForkLauncher final : public ProcessLauncher {
+class ForkLauncher final : public Launcher {
  public:
   explicit ForkLauncher(core::Logger& log) : log_(log) {}
 

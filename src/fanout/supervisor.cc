@@ -1,7 +1,7 @@
 #include "fanout/supervisor.h"
 
 #include <signal.h>
-#include <string.h>
+#include <cerrno>
 
 #include <algorithm>
 
@@ -92,7 +92,7 @@ struct Supervisor::Slot {
   bool spawn_waiting = false;  // the new generation's process waits for an old one's exit
 };
 
-Supervisor::Supervisor(core::EventLoop& loop, core::Logger& log, ProcessLauncher& launcher,
+Supervisor::Supervisor(core::EventLoop& loop, core::Logger& log, Launcher& launcher,
                        SupervisorOptions options)
     : loop_(loop),
       log_(log),
@@ -486,7 +486,7 @@ std::vector<SlotState> Supervisor::state() const {
   return out;
 }
 
-int run_fanout(core::Logger& log, ProcessLauncher& launcher, SupervisorOptions options,
+int run_fanout(core::Logger& log, Launcher& launcher, SupervisorOptions options,
                std::shared_ptr<ListenerSet> listeners, ChildMain main, FanoutHooks hooks) {
   core::EventLoop loop;
   // Every listen claim (listen_claim.h) answers other instances' probes on this loop, and stops

@@ -30,7 +30,7 @@
 // replacement instead of being reset. A spawn that fails at any step (ready pipe, link, listening
 // socket, fork, pidfd) is retried with the backoff of a crash loop, so the slot comes back.
 //
-// Every OS call on processes goes through the ProcessLauncher it is given (launcher.h: the real
+// Every OS call on processes goes through the Launcher it is given (launcher.h: the real
 // ForkLauncher, or a fake in supervisor_test.cc), and all time through its event loop's clock.
 //
 // Single-threaded; one Supervisor per process with the ForkLauncher (fork and signal dispositions
@@ -117,7 +117,7 @@ struct DrainingState {
 
 class Supervisor {
  public:
-  Supervisor(core::EventLoop& loop, core::Logger& log, ProcessLauncher& launcher,
+  Supervisor(core::EventLoop& loop, core::Logger& log, Launcher& launcher,
              SupervisorOptions options);
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
@@ -161,7 +161,7 @@ class Supervisor {
 
   core::EventLoop& loop_;
   core::Logger& log_;
-  ProcessLauncher& launcher_;
+  Launcher& launcher_;
   SupervisorOptions options_;
   uint64_t generation_ = 0;
   std::shared_ptr<ListenerSet> listeners_;  // shared: an old generation keeps its own set open
@@ -193,7 +193,7 @@ struct FanoutHooks {
   // supervisor returns once its processes are reaped and `done` was called.
   std::function<void(std::function<void()> done)> on_terminate;
 };
-int run_fanout(core::Logger& log, ProcessLauncher& launcher, SupervisorOptions options,
+int run_fanout(core::Logger& log, Launcher& launcher, SupervisorOptions options,
                std::shared_ptr<ListenerSet> listeners, ChildMain main, FanoutHooks hooks = {});
 
 }  // namespace corral::fanout

@@ -40,7 +40,7 @@ struct FakeProcess {
   std::vector<int> signals;  // as sent, in order
 };
 
-class FakeLauncher final : public ProcessLauncher {
+class FakeLauncher final : public Launcher {
  public:
   enum Step { kReadyPipe, kLink, kListen, kLaunch, kPidfd, kSteps };
 
