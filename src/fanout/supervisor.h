@@ -31,7 +31,8 @@
 // socket, fork, pidfd) is retried with the backoff of a crash loop, so the slot comes back.
 //
 // Every OS call on processes goes through the Launcher it is given (launcher.h: the real
-// ForkLauncher, or a fake in supervisor_test.cc), and all time through its event loop's clock.
+// ForkLauncher, or fake_launcher.h in tests), and every delay (respawn, backoff, deadlines)
+// runs on its event loop's clock.
 //
 // Single-threaded; one Supervisor per process with the ForkLauncher (fork and signal dispositions
 // are process-wide). The loop and the launcher are borrowed and must outlive it.
