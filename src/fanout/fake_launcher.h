@@ -97,6 +97,7 @@ class FakeLauncher final : public Launcher {
     core::UniqueFd fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     p->exit_signal.reset(fcntl(fd.get(), F_DUPFD_CLOEXEC, 0));
     by_pidfd_[fd.get()] = p;  // a number reused by a later pidfd is that one's
+    if (exit_at_start) end(*p, *exit_at_start);
     return fd;
   }
   std::optional<ProcessExit> reap(int pidfd) override {
@@ -162,6 +163,8 @@ class FakeLauncher final : public Launcher {
     return out;
   }
   std::vector<std::unique_ptr<FakeProcess>> processes;  // every launch, in order
+  // Every process ends so as soon as it is started (for a loop the test does not drive).
+  std::optional<ProcessExit> exit_at_start;
 
  private:
   bool failing(Step step) {

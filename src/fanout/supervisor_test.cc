@@ -133,6 +133,23 @@ TEST_F(SupervisorTest, ACrashedProcessIsRespawnedIntoItsSlotWithItsSocketAndCpu)
   EXPECT_EQ(process(0).signals, kNoSignals);
 }
 
+// Every process killed in one round: each slot is respawned, and the supervisor, which sees no
+// process for a moment, does not take that for the end.
+TEST_F(SupervisorTest, EveryProcessKilledAtOnceIsRespawned) {
+  start(options(2));
+  for (auto& p : fake.processes) FakeLauncher::ready(*p);
+  run(5'000);
+  FakeLauncher::crash(process(0));
+  FakeLauncher::crash(process(1));
+  run(1);
+  ASSERT_EQ(fake.processes.size(), 4u);
+  EXPECT_EQ(process(2).slot, 0);
+  EXPECT_EQ(process(3).slot, 1);
+  EXPECT_EQ(slot(0).pid, process(2).pid);
+  EXPECT_EQ(slot(1).pid, process(3).pid);
+  EXPECT_EQ(finished, 0);
+}
+
 TEST_F(SupervisorTest, ExitZeroAndBadConfigAreNotRespawned) {
   start(options(2));
   for (auto& p : fake.processes) FakeLauncher::ready(*p);
@@ -182,6 +199,34 @@ TEST_F(SupervisorTest, EveryProcessExitingBadConfigFinishesWithStatus78) {
   EXPECT_EQ(finished, 1);
   EXPECT_EQ(fake.processes.size(), 2u);
   EXPECT_EQ(sup->exit_status(), kExitBadConfig);
+}
+
+// run_fanout with every process ending at once (its own loop, real time: no timer is involved).
+// What it returns is corral serve's exit status.
+TEST_F(SupervisorTest, RunFanoutReturnsWhyItsProcessesAllEnded) {
+  // run_fanout blocks SIGTERM, SIGINT and SIGHUP for its signalfd: restore the mask after.
+  sigset_t mask;
+  sigprocmask(SIG_SETMASK, nullptr, &mask);
+  alarm(60);  // a bug that kept it running fails the test instead of hanging it
+  fake.exit_at_start = ProcessExit{kExitBadConfig, 0};
+  EXPECT_EQ(run_fanout(log, fake, options(2), listener_set(2), child_main), kExitBadConfig);
+  std::string text = log_text();
+  EXPECT_NE(text.find("process_bad_config slot=0 exit=78"), std::string::npos) << text;
+  EXPECT_NE(text.find("process_bad_config slot=1 exit=78"), std::string::npos) << text;
+  EXPECT_NE(text.find("supervisor_failed"), std::string::npos) << text;
+  EXPECT_NE(text.find("supervisor_stopped generation=1 exit=78"), std::string::npos) << text;
+
+  fake.exit_at_start = ProcessExit{0, 0};
+  EXPECT_EQ(run_fanout(log, fake, options(2), listener_set(2), child_main), 1);
+  EXPECT_NE(log_text().find("supervisor_failed reason=\"every server process exited by itself\" "
+                            "exit=1"),
+            std::string::npos);
+
+  fake.fail(FakeLauncher::kLaunch, 1);
+  EXPECT_EQ(run_fanout(log, fake, options(2), listener_set(2), child_main), -1);
+  EXPECT_NE(log_text().find("fanout_failed"), std::string::npos);
+  alarm(0);
+  sigprocmask(SIG_SETMASK, &mask, nullptr);
 }
 
 // --- backoff ------------------------------------------------------------------------------------
