@@ -582,7 +582,8 @@ int serve(const Flags& flags) {
   };
   // The set is the supervisor's from here: a reload that replaces it lets it go (and its sockets
   // and claims with its last process).
-  int r = fanout::run_fanout(log, options, std::move(set),
+  fanout::ForkLauncher launcher(log);
+  int r = fanout::run_fanout(log, launcher, options, std::move(set),
                              child_main(prepared, log, flags, quic_shared), hooks);
   unlink(control_path.c_str());
   return r < 0 ? 1 : r;
