@@ -194,9 +194,10 @@ int RequestParser::check_head() {
     };
     if (parser_.http_minor == 0) return refuse(400, "Transfer-Encoding in an HTTP/1.0 request");
     if (codings_.empty_field) return refuse(400, "empty Transfer-Encoding");
-    if (codings_.chunked > 1) return refuse(400, "chunked applied more than once");
+    if (codings_.chunked > 1)
+      return refuse(400, "chunked applied more than once in Transfer-Encoding");
     if (codings_.chunked && !codings_.chunked_last)
-      return refuse(400, "chunked is not the final transfer coding");
+      return refuse(400, "chunked not the final coding in Transfer-Encoding");
     if (codings_.unknown) return refuse(501, "unsupported transfer coding");
     // Our reading and llhttp's must agree, or the body would be framed two ways.
     if (!(parser_.flags & F_CHUNKED)) return refuse(400, "invalid Transfer-Encoding");
@@ -288,7 +289,7 @@ RequestParser::Result RequestParser::error_from_llhttp(llhttp_errno_t err, std::
         // llhttp stops at a coding after chunked (in the same field or a later one): chunked
         // applied twice or not last, 400 either way (RFC 9112 §6.3). A head without chunked
         // reaches check_head first, which answers it.
-        r.reason = "a transfer coding after chunked";
+        r.reason = "a coding after chunked in Transfer-Encoding";
       }
   }
   return r;
