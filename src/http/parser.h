@@ -3,11 +3,16 @@
 // timers.
 //
 // Why a scan of our own before llhttp: llhttp tolerates some forms RFC 9112 lets a server refuse
-// and that smuggling relies on (bare LF line ends, obs-fold), and it delivers header spans
-// piecemeal when a head arrives in pieces. The scanner refuses those forms with the exact status,
-// enforces the request-line, head-size and header-count limits as bytes arrive (so a slow or huge
-// head is cut at the limit, not buffered), and hands llhttp only complete heads: every view llhttp
-// reports then points into one contiguous buffer and the Request holds views, not copies.
+// and that smuggling relies on (bare LF line ends, obs-fold, runs of spaces in the request line,
+// the versionless HTTP/0.9 form, a malformed HTTP-version it reports as unsupported), and it
+// delivers header spans piecemeal when a head arrives in pieces. The scanner refuses those forms
+// with the exact status, enforces the request-line, head-size and header-count limits as bytes
+// arrive (so a slow or huge head is cut at the limit, not buffered), and hands llhttp only complete
+// heads: every view llhttp reports then points into one contiguous buffer and the Request holds
+// views, not copies.
+//
+// Transfer-Encoding is judged from the fields llhttp completes (TransferCodings below): llhttp
+// lets an empty field through and frames such a body as if the field were absent.
 //
 // A framing error ends the connection: after kError the caller answers `status` and closes; no byte
 // after the error is ever parsed as a request.
