@@ -115,8 +115,8 @@ class RequestParser {
   // each field (so no second walk over the headers). llhttp alone lets an empty field through
   // (and then frames the body as if there were none).
   struct TransferCodings {
-    uint16_t fields = 0;        // Transfer-Encoding fields seen
-    uint16_t chunked = 0;       // times chunked is applied
+    size_t fields = 0;          // Transfer-Encoding fields seen (size_t: never wraps)
+    size_t chunked = 0;         // times chunked is applied
     bool empty_field = false;   // a field with no coding at all ("", ",")
     bool chunked_last = false;  // the last coding so far is chunked
     bool unknown = false;       // a coding other than chunked
