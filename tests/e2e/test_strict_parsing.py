@@ -62,8 +62,8 @@ CASES = [
                  id="TE-chunked-then-empty"),
     pytest.param(post(b"Transfer-Encoding: chunked, chunked\r\n", b"0\r\n\r\n"), 400,
                  id="TE-chunked-twice-one-field"),
-    pytest.param(post(b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", b"0\r\n\r\n"),
-                 400, id="TE-chunked-twice-two-fields"),
+    pytest.param(post(b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
+                      b"0\r\n\r\n"), 400, id="TE-chunked-twice-two-fields"),
     # A declared body over max_body: 413 on the head alone.
     pytest.param(post(b"Content-Length: %d\r\n" % (MAX_BODY + 1)), 413, id="CL-over-max-body"),
     pytest.param(post(b"Content-Length: 99999999999\r\n"), 413, id="CL-far-over-max-body"),
@@ -76,7 +76,8 @@ MODES = ["whole", "bytewise", "after-keep-alive", "pipelined"]
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory):
-    s = start_server([], binary=CORRAL_BIN, config=CONFIG, tmp_path=tmp_path_factory.mktemp("strict"))
+    tmp = tmp_path_factory.mktemp("strict")
+    s = start_server([], binary=CORRAL_BIN, config=CONFIG, tmp_path=tmp)
     yield s
     s.stop()
 
@@ -162,7 +163,8 @@ def test_refusals_are_logged(srv):
     with srv.connect() as s:
         s.sendall(get(b"GET /  HTTP/1.1"))
         assert read_response(s)[0] == 400
-    srv.wait_log(r'request_refused remote=127\.0\.0\.1 status=400 reason="two spaces in request line"')
+    srv.wait_log(r'request_refused remote=127\.0\.0\.1 status=400 '
+                 r'reason="two spaces in request line"')
     with srv.connect() as s:
         s.sendall(get(b"GET / HTTP/1.10"))
         assert read_response(s)[0] == 400
