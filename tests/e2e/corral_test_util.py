@@ -116,6 +116,19 @@ def read_responses(sock, count, timeout=5.0):
     return out, left
 
 
+def send_refusable(sock, data, bytewise=False):
+    """Sends `data` whole or one byte per send(); a server that refuses and closes before the end
+    is no error here (its answer is read next)."""
+    try:
+        if not bytewise:
+            sock.sendall(data)
+            return
+        for i in range(len(data)):
+            sock.send(data[i:i + 1])
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+
+
 def exchange(srv, request, timeout=5.0):
     """Sends the raw `request` on a new connection of `srv` (a conftest Server), reads one
     response; returns (status, headers, body)."""

@@ -12,7 +12,7 @@ body parser sees every split point).
 
 import pytest
 
-from corral_test_util import Prefixed, exchange, expect_closed, read_response
+from corral_test_util import Prefixed, exchange, expect_closed, read_response, send_refusable
 
 HOST = b"Host: localhost\r\n"
 CANARY = b"GET /canary HTTP/1.1\r\nHost: localhost\r\n\r\n"
@@ -129,17 +129,6 @@ def read_responses(sock, count):
     return statuses, headers, reader.prefix
 
 
-def send(sock, data, bytewise):
-    try:
-        if not bytewise:
-            sock.sendall(data)
-            return
-        for i in range(len(data)):
-            sock.send(data[i:i + 1])
-    except (BrokenPipeError, ConnectionResetError):
-        pass  # the server refused and closed before the end: its answer is read below
-
-
 def canary_count(srv):
     status, _, body = exchange(srv, b"GET /canary/count HTTP/1.1\r\n" + HOST + b"\r\n")
     assert status == 200
@@ -151,7 +140,7 @@ def canary_count(srv):
 def test_smuggling(server_factory, data, statuses, bytewise):
     srv = server_factory(config=CONFIG)
     with srv.connect() as s:
-        send(s, data, bytewise)
+        send_refusable(s, data, bytewise)
         got, headers, rest = read_responses(s, len(statuses))
         assert got == statuses, f"responses {got}, expected {statuses}"
         assert headers.get("connection") == "close"

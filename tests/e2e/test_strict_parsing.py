@@ -10,12 +10,12 @@ response was read, and pipelined behind one. Each time the answer carries the ex
 `Connection: close`, nothing follows it, the server closes the connection, and a fresh connection
 is still served. One server serves every case of this file (a case never changes its state).
 """
-import socket
 import time
 
 import pytest
 
-from conftest import CORRAL_BIN, read_response, start_server
+from conftest import CORRAL_BIN, start_server
+from corral_test_util import Prefixed, expect_closed, read_response, send_refusable
 
 HOST = b"Host: localhost\r\n"
 GOOD = b"GET / HTTP/1.1\r\n" + HOST + b"\r\n"
@@ -82,56 +82,12 @@ def srv(tmp_path_factory):
     s.stop()
 
 
-def send(sock, data, bytewise):
-    try:
-        if not bytewise:
-            sock.sendall(data)
-            return
-        for i in range(len(data)):
-            sock.send(data[i:i + 1])
-    except (BrokenPipeError, ConnectionResetError):
-        pass  # refused and closed before the end (a request line refused mid-line): read below
-
-
-def expect_closed(sock, timeout=3.0):
-    """The server closes the connection and sends nothing more."""
-    sock.settimeout(timeout)
-    extra = b""
-    try:
-        while True:
-            b = sock.recv(65536)
-            if not b:
-                break
-            extra += b
-    except socket.timeout:
-        raise AssertionError(f"connection still open after {timeout}s; extra bytes {extra[:200]!r}")
-    except ConnectionResetError:
-        pass
-    assert extra == b"", f"bytes after the refusal: {extra[:300]!r}"
-
-
 def served(srv):
     """A fresh connection gets a normal response."""
     with srv.connect() as s:
         s.sendall(GOOD)
         status, headers, body, rest = read_response(s)
         assert status == 200 and b"corral is running" in body and rest == b""
-
-
-class _Pushback:
-    """A socket whose recv() first returns what read_response() read past the previous response."""
-
-    def __init__(self, sock, pending):
-        self.sock, self.pending = sock, pending
-
-    def settimeout(self, t):
-        self.sock.settimeout(t)
-
-    def recv(self, n):
-        if self.pending:
-            b, self.pending = self.pending[:n], self.pending[n:]
-            return b
-        return self.sock.recv(n)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -144,17 +100,17 @@ def test_refused_and_closed(srv, data, status, mode):
             assert (st, rest) == (200, b"")
             assert headers.get("connection") != "close"
         t0 = time.monotonic()
-        send(s, GOOD + data if mode == "pipelined" else data, mode == "bytewise")
+        send_refusable(s, GOOD + data if mode == "pipelined" else data, mode == "bytewise")
         st, headers, _, rest = read_response(s)
         if mode == "pipelined":
             assert st == 200
-            st, headers, _, rest = read_response(_Pushback(s, rest))
+            st, headers, _, rest = read_response(Prefixed(s, rest))
         # No interim 100 for a body that would be refused, and no waiting for one.
         assert st == status, f"status {st}, expected {status}"
         assert time.monotonic() - t0 < 10.0
         assert headers.get("connection") == "close"
         assert rest == b"", f"bytes after the refusal: {rest[:300]!r}"
-        expect_closed(s)
+        assert expect_closed(s) == b"", "bytes after the refusal"
     served(srv)
 
 
