@@ -102,16 +102,22 @@ class Corral:
             assert bad not in log, log[-3000:]
 
 
-@pytest.fixture
-def counter(server_factory, tmp_path):
+def start_counter(server_factory, tmp_path, extra=""):
+    """corral with the C++ example worker as kind `counter` on /counter/{id}/* (`extra`: more
+    lines of its [workers.counter] table); skips when the worker is not built."""
     if not os.access(CPP_WORKER, os.X_OK):
         pytest.skip(f"{CPP_WORKER} is not built")
     state = tmp_path / "state"
     config = ("[workers.counter]\n"
               f"command = [{json.dumps(CPP_WORKER)}]\n"
-              'routes = ["/counter/{id}/*"]\n')
+              'routes = ["/counter/{id}/*"]\n' + extra)
     srv = server_factory("--state-dir", str(state), binary=CORRAL_BIN, config=config)
     return Corral(srv, str(state))
+
+
+@pytest.fixture
+def counter(server_factory, tmp_path):
+    return start_counter(server_factory, tmp_path)
 
 
 def test_default_service_survives_addresses_that_are_not_utf8(server_factory, tmp_path):
