@@ -314,7 +314,7 @@ fanout::ChildMain child_main(std::shared_ptr<const Prepared> p, core::Logger& lo
       if (link_fd < 0) return nullptr;
       struct PerProcess {
         cli::LinkResolver resolver;
-        http::UpstreamPool pool;
+        proxy::UpstreamPool pool;
         core::Timer report;  // the proxy's state, every second (GET /processes)
         PerProcess(core::EventLoop& loop, int fd)
             : resolver(loop, core::UniqueFd(fd)), pool(loop) {}

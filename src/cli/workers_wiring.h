@@ -27,7 +27,7 @@
 
 #include "cli/config.h"
 #include "core/message_link.h"
-#include "http/proxy.h"
+#include "proxy/proxy.h"
 #include "http/response.h"
 #include "http/site.h"
 #include "workers/manager.h"
@@ -70,7 +70,7 @@ class LinkResolver {
 // Filled in each server process once its loop exists (the site is built before the fork).
 struct ResolverSlot {
   LinkResolver* resolver = nullptr;
-  http::UpstreamPool* pool = nullptr;  // keep-alive connections to this process's workers
+  proxy::UpstreamPool* pool = nullptr;  // keep-alive connections to this process's workers
 };
 
 // Routes for every kind's patterns: any method; the address is "<kind>:<param>[:<param>...]".
