@@ -30,7 +30,9 @@ void check(bool ok) {
   if (!ok) __builtin_trap();
 }
 
-bool dropped(std::string_view name) { return name.size() == 4; }  // any filter will do
+bool dropped(std::string_view name) {
+  return name.size() == 4;
+}  // any filter will do
 
 struct Summary final : ResponseReader::Events {
   void on_head(ResponseHead& h) override {

@@ -27,9 +27,9 @@
 
 #include "cli/config.h"
 #include "core/message_link.h"
-#include "proxy/proxy.h"
 #include "http/response.h"
 #include "http/site.h"
+#include "proxy/proxy.h"
 #include "workers/manager.h"
 
 namespace corral::cli {

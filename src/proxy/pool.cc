@@ -42,8 +42,8 @@ void UpstreamPool::send_soon(UpstreamConnection* c) {
 
 UpstreamConnection* UpstreamPool::joinable(std::string_view path) {
   for (UpstreamConnection* c : to_send_)  // all scheduled: their requests have not left yet
-    if (c->pipelinable() && c->reusable() && c->open() && !c->idle() &&
-        c->depth() < kMaxPipeline && c->latency_x8() < 8 * kFastMs && c->path() == path)
+    if (c->pipelinable() && c->reusable() && c->open() && !c->idle() && c->depth() < kMaxPipeline &&
+        c->latency_x8() < 8 * kFastMs && c->path() == path)
       return c;
   return nullptr;
 }

@@ -184,9 +184,9 @@ class ProxiedExchange final : public Exchange {
   std::string pending_body_;  // before the writer is there: bounded by one read's worth
   Response pending_head_;     // built, not answered yet (head_waits_)
   std::string content_type_;
-  std::optional<uint64_t> length_;  // the body's, from Content-Length
+  std::optional<uint64_t> length_;       // the body's, from Content-Length
   Response::HeaderList switch_headers_;  // of a 101
-  bool head_waits_ = false;  // a body of known length may be whole after this read
+  bool head_waits_ = false;              // a body of known length may be whole after this read
   bool head_seen_ = false;
   bool complete_ = false;
 };
@@ -265,7 +265,7 @@ class Call final : public http::DeferredProducer {
     return pending_;
   }
 
-  ProxiedExchange* ex_;  // wherever it is; null once it is gone
+  ProxiedExchange* ex_;                       // wherever it is; null once it is gone
   std::unique_ptr<ProxiedExchange> waiting_;  // while the call holds it
   UpstreamFinder find_;
   std::shared_ptr<Pending> pending_;
@@ -397,9 +397,8 @@ void ProxiedExchange::fail(std::unique_ptr<Exchange> self, int status, std::stri
   if (waiting && reused && !got_bytes) {
     // A pooled connection the upstream had closed (or the one it was pipelined on failed): the
     // request never got an answer. Again, on a fresh connection (whatever the method).
-    return call_->again(std::unique_ptr<ProxiedExchange>(static_cast<ProxiedExchange*>(
-                            self.release())),
-                        false);
+    return call_->again(
+        std::unique_ptr<ProxiedExchange>(static_cast<ProxiedExchange*>(self.release())), false);
   }
   if (waiting && call_->may_find_again(never_sent)) {
     return call_->again(

@@ -143,8 +143,8 @@ class Relay final : public http::Upgraded {
 }  // namespace
 
 void RelayUpgrade::take_over(http::UpgradeContext ctx) {
-  auto* relay = new Relay(ctx.loop, ctx.server, std::move(ctx.fd), std::move(ctx.tls),
-                          std::move(upstream_));
+  auto* relay =
+      new Relay(ctx.loop, ctx.server, std::move(ctx.fd), std::move(ctx.tls), std::move(upstream_));
   // To the client: the 101's unsent bytes, then what the upstream already sent after its 101.
   relay->start(std::move(ctx.leftover_input), ctx.pending_output + leftover_);
 }

@@ -5,7 +5,9 @@
 namespace corral::proxy {
 
 namespace {
-ResponseReader* reader(llhttp_t* p) { return static_cast<ResponseReader*>(p->data); }
+ResponseReader* reader(llhttp_t* p) {
+  return static_cast<ResponseReader*>(p->data);
+}
 }  // namespace
 
 ResponseReader::ResponseReader(DroppedHeader dropped) : dropped_(dropped) {
@@ -42,7 +44,8 @@ ResponseReader::Fed ResponseReader::feed(const char* data, size_t n) {
   if (switching_ && err == HPE_PAUSED_UPGRADE)
     return {State::kSwitched, static_cast<size_t>(llhttp_get_error_pos(&parser_) - data)};
   if (complete_) {
-    size_t used = err == HPE_PAUSED ? static_cast<size_t>(llhttp_get_error_pos(&parser_) - data) : n;
+    size_t used =
+        err == HPE_PAUSED ? static_cast<size_t>(llhttp_get_error_pos(&parser_) - data) : n;
     return {State::kComplete, used};
   }
   if (err != HPE_OK) return {State::kError, n};

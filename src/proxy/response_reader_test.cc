@@ -29,7 +29,9 @@ struct Recorder final : ResponseReader::Events {
   std::string body;
 };
 
-bool drop_date(std::string_view name) { return http::iequals(name, "date"); }
+bool drop_date(std::string_view name) {
+  return http::iequals(name, "date");
+}
 
 // Feeds `bytes` in pieces of `step`; returns the last state and the bytes used in all.
 ResponseReader::Fed feed_in_steps(ResponseReader& r, std::string_view bytes, size_t step) {
@@ -60,7 +62,7 @@ TEST(ResponseReader, ReadsAChunkedResponseWholeAndByteByByte) {
     EXPECT_EQ(rec.status, 200);
     EXPECT_EQ(rec.content_type, "text/plain");
     EXPECT_EQ(rec.body, "hello world");
-    ASSERT_EQ(rec.headers.size(), 2u) << step;  // Date dropped, Content-Type apart
+    ASSERT_EQ(rec.headers.size(), 2u) << step;              // Date dropped, Content-Type apart
     EXPECT_EQ(rec.headers[0].first, "X-Long-Header-Name");  // whole, though split across reads
     EXPECT_EQ(rec.headers[0].second, "v1");
     EXPECT_TRUE(reader.keep_alive());

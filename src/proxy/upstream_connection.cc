@@ -24,7 +24,9 @@ UpstreamConnection::UpstreamConnection(core::EventLoop& loop, core::UniqueFd fd,
       path_(std::move(path)),
       stall_(loop.timers(), [this] { rescue_behind(); }) {}
 
-UpstreamConnection::~UpstreamConnection() { shut(); }
+UpstreamConnection::~UpstreamConnection() {
+  shut();
+}
 
 UpstreamConnection::Opened UpstreamConnection::open(core::EventLoop& loop, std::string_view path,
                                                     UpstreamPool* pool) {
@@ -105,8 +107,7 @@ Loss UpstreamConnection::front_failure(std::string_view why) const {
 void UpstreamConnection::send() {
   if (closed_ || queue_.empty()) return;
   while (out_sent_ < out_.size()) {
-    ssize_t n =
-        ::send(fd_.get(), out_.data() + out_sent_, out_.size() - out_sent_, MSG_NOSIGNAL);
+    ssize_t n = ::send(fd_.get(), out_.data() + out_sent_, out_.size() - out_sent_, MSG_NOSIGNAL);
     if (n > 0) {
       out_sent_ += static_cast<size_t>(n);
       continue;
@@ -149,7 +150,8 @@ void UpstreamConnection::feed(const char* data, size_t n) {
     case ResponseReader::State::kComplete:
       ex.on_read(fed.state == ResponseReader::State::kComplete);
       if (closed_) return;
-      if (fed.state == ResponseReader::State::kComplete) response_ended(data + fed.used, n - fed.used);
+      if (fed.state == ResponseReader::State::kComplete)
+        response_ended(data + fed.used, n - fed.used);
       return;
     case ResponseReader::State::kSwitched: {
       // The socket goes to the relay: the connection is done (an upgrade is never pipelined).
