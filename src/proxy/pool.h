@@ -25,7 +25,7 @@ namespace corral::proxy {
 class UpstreamPool {
  public:
   static constexpr size_t kMaxIdlePerPath = 32;
-  static constexpr uint32_t kMaxPipeline = 8;
+  static constexpr uint32_t kMaxPipeline = UpstreamConnection::kMaxPipeline;
   // Pipelining pays when responses are quick (the system calls saved are most of their cost);
   // behind slow ones a request would only wait, and risk kStallMs.
   static constexpr uint32_t kFastMs = 2;

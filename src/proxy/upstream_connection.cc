@@ -60,6 +60,7 @@ void UpstreamConnection::shut() {
   fd_.reset();
 }
 
+// At most kMaxPipeline: only UpstreamPool::joinable adds one behind another, below that depth.
 void UpstreamConnection::push(std::unique_ptr<Exchange> ex) {
   ex->conn = this;
   ex->sent_ms = loop_.now();
@@ -155,8 +156,7 @@ void UpstreamConnection::feed(const char* data, size_t n) {
       return;
     case ResponseReader::State::kSwitched: {
       // The socket goes to the relay: the connection is done (an upgrade is never pipelined).
-      auto self = std::move(queue_.front());
-      queue_.clear();
+      auto self = queue_.take(0);  // the only one: an upgrade is not pipelined
       self->conn = nullptr;
       if (interest_) loop_.remove(fd_.get());
       interest_ = 0;
@@ -177,8 +177,7 @@ void UpstreamConnection::feed(const char* data, size_t n) {
 // may drop its body, and the bytes after it are the next one's business.
 void UpstreamConnection::response_ended(const char* rest, size_t rest_n) {
   stall_.cancel();
-  auto ex = std::move(queue_.front());
-  queue_.erase(queue_.begin());
+  auto ex = queue_.take(0);
   ex->conn = nullptr;
   uint64_t took = std::min<uint64_t>(loop_.now() - ex->sent_ms, 10'000);
   latency_x8_ = latency_x8_ - latency_x8_ / 8 + static_cast<uint32_t>(took);
@@ -213,8 +212,7 @@ void UpstreamConnection::rescue_behind() {
 // its client is gone, just ends. In order: the first behind goes first.
 void UpstreamConnection::resend_behind(size_t from) {
   while (queue_.size() > from) {
-    auto ex = std::move(queue_[from]);
-    queue_.erase(queue_.begin() + static_cast<long>(from));
+    auto ex = queue_.take(from);
     ex->conn = nullptr;
     ex->reused = true;
     ex->got_bytes = false;
@@ -231,8 +229,7 @@ void UpstreamConnection::close(std::optional<Loss> front) {
   loop_.destroy_later(std::unique_ptr<UpstreamConnection>(this));  // owned itself while busy
   std::unique_ptr<Exchange> first;
   if (front && !queue_.empty()) {
-    first = std::move(queue_.front());
-    queue_.erase(queue_.begin());
+    first = queue_.take(0);
   }
   resend_behind(0);  // the first is out: every one left is behind it
   if (first) {

@@ -20,7 +20,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "core/event_loop.h"
 #include "core/timer_wheel.h"
@@ -68,9 +67,33 @@ class Exchange : public ResponseReader::Events {
   UpstreamConnection* conn = nullptr;  // while in a connection's queue
 };
 
+// The in-flight exchanges of a connection, in order, inline: at most kMaxPipeline are pipelined on
+// one connection, so queueing one allocates nothing.
+class ExchangeQueue {
+ public:
+  static constexpr uint32_t kMaxPipeline = 8;
+  bool empty() const { return size_ == 0; }
+  size_t size() const { return size_; }
+  std::unique_ptr<Exchange>& front() { return items_[0]; }
+  const std::unique_ptr<Exchange>& front() const { return items_[0]; }
+  void push_back(std::unique_ptr<Exchange> ex) { items_[size_++] = std::move(ex); }
+  // Removes the `i`-th; those after it move up.
+  std::unique_ptr<Exchange> take(size_t i) {
+    auto ex = std::move(items_[i]);
+    for (size_t k = i + 1; k < size_; ++k) items_[k - 1] = std::move(items_[k]);
+    --size_;
+    return ex;
+  }
+
+ private:
+  std::unique_ptr<Exchange> items_[kMaxPipeline];
+  size_t size_ = 0;
+};
+
 class UpstreamConnection final : public core::IoHandler {
  public:
   static constexpr uint32_t kIdleEvents = EPOLLIN | EPOLLRDHUP;
+  static constexpr uint32_t kMaxPipeline = ExchangeQueue::kMaxPipeline;
   // Requests pipelined behind a response that has not ended after this long are sent again on
   // other connections (they are GET or HEAD: safe to repeat), and this one is not reused.
   static constexpr uint32_t kStallMs = 20;
@@ -144,8 +167,7 @@ class UpstreamConnection final : public core::IoHandler {
   uint32_t interest_ = 0;  // as registered with the loop
   std::string out_;        // requests not sent yet (from out_sent_)
   size_t out_sent_ = 0;
-  // In flight, in order. Its capacity stays: a reused connection allocates nothing per request.
-  std::vector<std::unique_ptr<Exchange>> queue_;
+  ExchangeQueue queue_;  // in flight, in order
   ResponseReader reader_;
   core::Timer stall_;  // while requests wait behind a response that has not ended
   uint32_t latency_x8_ = 0;
