@@ -17,6 +17,7 @@ std::unique_ptr<UpstreamConnection> UpstreamPool::take(const std::string& path) 
 void UpstreamPool::give(std::unique_ptr<UpstreamConnection> c) {
   auto& list = idle_[c->path()];
   if (list.size() >= kMaxIdlePerPath) {
+    c->shut();
     loop_.destroy_later(std::move(c));  // an event for it may be queued in this batch
     return;
   }
@@ -60,6 +61,7 @@ void UpstreamPool::drop(UpstreamConnection* c) {
   auto& list = it->second;
   for (size_t k = 0; k < list.size(); ++k) {
     if (list[k].get() != c) continue;
+    c->shut();
     loop_.destroy_later(std::move(list[k]));  // its on_io is running
     list.erase(list.begin() + static_cast<long>(k));
     break;
