@@ -14,7 +14,7 @@
 #include "cli/config.h"
 #include "cli/demo.h"
 #include "cli/sites.h"
-#include "cli/workers_wiring.h"
+#include "cli/worker_kinds.h"
 #include "control/control_site.h"
 #include "control/worker_routes.h"
 #include "core/owned_path.h"
@@ -26,6 +26,9 @@
 #include "quic/server.h"
 #include "quic/steering_setup.h"
 #include "tls/session.h"
+#include "workers/link_server.h"
+#include "workers/process_services.h"
+#include "workers/proxy_routes.h"
 
 #include <fmt/format.h>
 #include <gnutls/crypto.h>
@@ -68,7 +71,7 @@ struct Prepared {
   quic::Http3Options http3;
   // Each server process sets its resolver here once its loop exists (the site is built before
   // the fork and holds the slot).
-  std::shared_ptr<cli::ResolverSlot> resolver_slot = std::make_shared<cli::ResolverSlot>();
+  std::shared_ptr<workers::ResolverSlot> resolver_slot = std::make_shared<workers::ResolverSlot>();
   bool unsafe_state = false;  // a problem is an unsafe state directory (kExitUnsafeState)
 };
 
@@ -226,8 +229,9 @@ cli::ConfigErrors prepare(const Flags& flags, core::Logger& log, Prepared& out,
     log.warn("demo_unavailable", "reason=\"the notes demo cannot start: {}\"", demo.unavailable);
   auto policy = cli::build_policy(config, errors);
   http::SiteBuilder builder;
-  auto resolver_slot = std::make_shared<cli::ResolverSlot>();
-  if (!config.workers.empty()) cli::add_worker_proxy_routes(builder, config.workers, resolver_slot);
+  auto resolver_slot = std::make_shared<workers::ResolverSlot>();
+  if (!config.workers.empty())
+    workers::add_proxy_routes(builder, cli::kind_configs(config.workers), resolver_slot);
   if (config.root.empty()) {
     cli::add_welcome_routes(builder, cli::demo_welcome_item(demo));
     cli::add_welcome_sockets(builder);
@@ -312,32 +316,8 @@ fanout::ChildMain child_main(std::shared_ptr<const Prepared> p, core::Logger& lo
     int link_fd = ctx.link_fd;
     run.on_loop = [p, link_fd](core::EventLoop& loop) -> std::shared_ptr<void> {
       if (link_fd < 0) return nullptr;
-      struct PerProcess {
-        cli::LinkResolver resolver;
-        proxy::UpstreamPool pool;
-        core::Timer report;  // the proxy's state, every second (GET /processes)
-        PerProcess(core::EventLoop& loop, int fd)
-            : resolver(loop, core::UniqueFd(fd)), pool(loop) {}
-      };
-      auto pp = std::make_shared<PerProcess>(loop, link_fd);
-      p->resolver_slot->resolver = &pp->resolver;
-      p->resolver_slot->pool = &pp->pool;
-      if (!p->config.workers.empty()) {
-        pp->report.bind(loop.timers(), [pp = pp.get()] {
-          pp->resolver.report(nlohmann::json{{"type", "report"},
-                                             {"proxy",
-                                              {{"requests", pp->pool.stats().requests},
-                                               {"resolves", pp->resolver.sent()},
-                                               {"cached", pp->resolver.cached()},
-                                               {"idle_upstreams", pp->pool.idle()},
-                                               {"pipelined", pp->pool.stats().pipelined},
-                                               {"rescued", pp->pool.stats().rescued}}}}
-                                  .dump());
-          pp->report.arm_after(1000);
-        });
-        pp->report.arm_after(100);
-      }
-      return pp;
+      return std::make_shared<workers::ProcessServices>(
+          loop, core::UniqueFd(link_fd), p->resolver_slot, !p->config.workers.empty());
     };
     if (quic_shared && p->credentials && !ctx.udp_fds.empty()) {
       run.server.alt_svc = fmt::format("h3=\":{}\"; ma=86400", p->tls_port);
@@ -534,9 +514,9 @@ int serve(const Flags& flags) {
   };
   workers::Manager* manager = nullptr;  // owned by the Services run_fanout holds (and destroys
                                         // before its loop)
-  auto reports = std::make_shared<cli::ProcessReports>();
+  auto reports = std::make_shared<workers::ProcessReports>();
   hooks.on_link = [&manager, reports](int slot, core::MessageLink& link) {
-    cli::serve_link(link, &manager, slot, reports);
+    workers::serve_link(link, &manager, slot, reports);
   };
   hooks.on_started = [&](core::EventLoop& loop, fanout::Supervisor& sup) -> std::shared_ptr<void> {
     auto services = std::make_shared<Services>();
@@ -582,7 +562,8 @@ int serve(const Flags& flags) {
   };
   // The set is the supervisor's from here: a reload that replaces it lets it go (and its sockets
   // and claims with its last process).
-  int r = fanout::run_fanout(log, options, std::move(set),
+  fanout::ForkLauncher launcher(log);
+  int r = fanout::run_fanout(log, launcher, options, std::move(set),
                              child_main(prepared, log, flags, quic_shared), hooks);
   unlink(control_path.c_str());
   return r < 0 ? 1 : r;

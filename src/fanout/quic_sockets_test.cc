@@ -133,7 +133,8 @@ TEST(QuicSockets, RespawnedProcessGetsTheSameSockets) {
   options.processes = kSlots;
   options.backoff_min_ms = 10;
   options.quic = quic;
-  Supervisor sup(loop, log, options);
+  ForkLauncher launcher(log);
+  Supervisor sup(loop, log, launcher, options);
   sup.on_finished = [&] { loop.stop(); };
   auto listeners = std::make_shared<ListenerSet>();
   listeners->slots.resize(kSlots);
@@ -204,7 +205,8 @@ TEST(QuicSockets, ReloadedGenerationGetsTheSameSockets) {
   SupervisorOptions options;
   options.processes = kSlots;
   options.quic = quic;
-  Supervisor sup(loop, log, options);
+  ForkLauncher launcher(log);
+  Supervisor sup(loop, log, launcher, options);
   sup.on_finished = [&] { loop.stop(); };
   auto listeners = std::make_shared<ListenerSet>();
   listeners->slots.resize(kSlots);
@@ -288,7 +290,8 @@ TEST(Generations, DrainingIsBoundedAndNoTwoLiveProcessesShareAnIndex) {
   options.processes = 1;
   options.quic = quic;
   options.stop_timeout_ms = 5'000;
-  Supervisor sup(loop, log, options);
+  ForkLauncher launcher(log);
+  Supervisor sup(loop, log, launcher, options);
   sup.on_finished = [&] { loop.stop(); };
   auto listeners = std::make_shared<ListenerSet>();
   listeners->slots.resize(1);

@@ -1,16 +1,9 @@
 #include "fanout/supervisor.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include <cerrno>
 
 #include <algorithm>
-
-#include "fanout/cpus.h"
 
 namespace corral::fanout {
 
@@ -50,12 +43,6 @@ core::Result<ListenerSet> make_listeners(const std::vector<core::SocketAddress>&
   return set;
 }
 
-void ChildContext::notify_ready() const {
-  if (ready_fd < 0) return;
-  [[maybe_unused]] ssize_t w = ::write(ready_fd, "r", 1);
-  ::close(ready_fd);
-}
-
 struct Supervisor::Child final : core::IoHandler {
   struct Ready final : core::IoHandler {
     Child* child = nullptr;
@@ -66,19 +53,13 @@ struct Supervisor::Child final : core::IoHandler {
       : sup(s), kill_timer(s.loop_.timers(), [this] {
           sup.log_.warn("process_killed", "slot={} pid={} generation={} reason=stop_timeout", slot,
                         pid, generation);
-          kill(pid, SIGKILL);
+          sup.launcher_.signal(pid, SIGKILL);
         }) {
     ready_handler.child = this;
   }
   void on_io(uint32_t) override {
-    siginfo_t info{};
-    if (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd.get()), &info,
-               WEXITED | WNOHANG) < 0 ||
-        info.si_pid == 0)
-      return;
-    int code = info.si_code == CLD_EXITED ? info.si_status : -1;
-    int signo = info.si_code == CLD_EXITED ? 0 : info.si_status;
-    sup.on_child_exit(this, code, signo);
+    if (auto exit = sup.launcher_.reap(pidfd.get()))
+      sup.on_child_exit(this, exit->code, exit->signo);
   }
 
   Supervisor& sup;
@@ -111,11 +92,12 @@ struct Supervisor::Slot {
   bool spawn_waiting = false;  // the new generation's process waits for an old one's exit
 };
 
-Supervisor::Supervisor(core::EventLoop& loop, core::Logger& log, SupervisorOptions options)
+Supervisor::Supervisor(core::EventLoop& loop, core::Logger& log, Launcher& launcher,
+                       SupervisorOptions options)
     : loop_(loop),
       log_(log),
+      launcher_(launcher),
       options_(std::move(options)),
-      self_(getpid()),
       stop_deadline_(loop.timers(), [this] {
         log_.warn("stop_deadline", "processes={} action=SIGKILL", children_.size());
         kill_all(SIGKILL, false);
@@ -146,7 +128,10 @@ core::Result<void> Supervisor::start(std::shared_ptr<ListenerSet> listeners, Chi
   for (int i = 0; i < options_.processes; ++i) {
     size_t before = children_.size();
     spawn(i);
-    if (i == 0 && children_.size() == before) return core::Error{EAGAIN, "the first fork failed"};
+    if (i == 0 && children_.size() == before) {
+      slots_[0]->respawn.cancel();  // the caller gives up: no retry behind its back
+      return core::Error{EAGAIN, "the first spawn failed"};
+    }
   }
   return {};
 }
@@ -169,23 +154,21 @@ void Supervisor::spawn(int index) {
     return;
   }
   slot.spawn_waiting = false;
-  int pipefd[2];
-  if (pipe2(pipefd, O_CLOEXEC) < 0) {
-    log_.error("spawn_failed", "slot={} error=\"{}\"", index, strerror(errno));
+  auto ready = launcher_.make_ready_pipe();
+  if (!ready) {
+    log_.error("spawn_failed", "slot={} error=\"{}\"", index, ready.error().reason);
     return retry_later();
   }
-  core::UniqueFd ready_rd(pipefd[0]), ready_wr(pipefd[1]);
-  int linkfd[2];
-  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, linkfd) < 0) {
-    log_.error("spawn_failed", "slot={} error=\"socketpair: {}\"", index, strerror(errno));
+  auto link = launcher_.make_link();
+  if (!link) {
+    log_.error("spawn_failed", "slot={} error=\"{}\"", index, link.error().reason);
     return retry_later();
   }
-  core::UniqueFd link_ours(linkfd[0]), link_theirs(linkfd[1]);
   // A slot whose sockets were closed (its process exited 0 or 78) gets fresh ones.
   auto& sockets = listeners_->slots[static_cast<size_t>(index)];
   for (size_t a = 0; a < sockets.size(); ++a) {
     if (sockets[a]) continue;
-    auto fd = core::listen_tcp(listeners_->addresses[a], {.backlog = 4096, .reuse_port = true});
+    auto fd = launcher_.listen(listeners_->addresses[a]);
     if (!fd) {
       log_.error("listen_failed", "slot={} address={} error=\"{}\"", index,
                  listeners_->addresses[a].to_string(), fd.error().reason);
@@ -193,84 +176,28 @@ void Supervisor::spawn(int index) {
     }
     sockets[a] = std::move(fd.value());
   }
-  pid_t pid = fork();
-  if (pid < 0) {
-    log_.error("fork_failed", "slot={} error=\"{}\"", index, strerror(errno));
+  auto pid = launcher_.launch(child_context(index, ready->theirs.get(), link->theirs.get()), main_);
+  if (!pid) {
+    log_.error("fork_failed", "slot={} error=\"{}\"", index, pid.error().reason);
     return retry_later();
   }
-  if (pid == 0) {
-    // The child. Die with the supervisor, and check it did not die already (before prctl).
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != self_) _exit(0);
-    if (slot.cpu >= 0) {
-      if (auto r = pin_to_cpu(slot.cpu); !r) {
-        log_.error("pin_failed", "slot={} cpu={} error=\"{}\"", index, slot.cpu, r.error().reason);
-        _exit(kExitBadConfig);
-      }
-    }
-    // The supervisor's signals were blocked for its signalfd: start clean.
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    ChildContext ctx;
-    ctx.slot = index;
-    ctx.cpu = slot.cpu;
-    ctx.generation = generation_;
-    ctx.ready_fd = ready_wr.release();
-    fcntl(ctx.ready_fd, F_SETFD, 0);
-    ctx.link_fd = link_theirs.release();
-    link_ours.reset();
-    std::vector<int> keep = {0, 1, 2, ctx.ready_fd, ctx.link_fd};
-    for (auto& fd : listeners_->slots[static_cast<size_t>(index)]) {
-      ctx.listen_fds.push_back(fd.get());
-      keep.push_back(fd.get());
-    }
-    if (const auto& quic = options_.quic; quic && index < quic->slots()) {
-      for (auto& fd : quic->udp[static_cast<size_t>(index)]) {
-        ctx.udp_fds.push_back(fd.get());
-        keep.push_back(fd.get());
-      }
-      ctx.forward_rx =
-          quic->forward_rx[static_cast<size_t>(index)][generation_index(generation_)].get();
-      keep.push_back(ctx.forward_rx);
-      for (auto& pair : quic->forward_tx) {
-        std::array<int, kGenerations> tx{};
-        for (size_t g = 0; g < kGenerations; ++g) {
-          tx[g] = pair[g].get();
-          keep.push_back(tx[g]);
-        }
-        ctx.forward_tx.push_back(tx);
-      }
-      if (quic->serving) ctx.quic_serving = quic->serving->words();
-    }
-    // Close everything else we inherited: the epoll and signal fds, pidfds, other slots' sockets.
-    std::sort(keep.begin(), keep.end());
-    unsigned next = 0;
-    for (int fd : keep) {
-      if (fd < 0) continue;
-      if (static_cast<unsigned>(fd) > next) close_range(next, static_cast<unsigned>(fd) - 1, 0);
-      next = static_cast<unsigned>(fd) + 1;
-    }
-    close_range(next, ~0U, 0);
-    int code = main_(ctx);
-    _exit(code);
+  auto pidfd = launcher_.open_pidfd(pid.value());
+  if (!pidfd) {
+    // Without a pidfd it could not be reaped on the loop: take it back now.
+    log_.error("pidfd_open_failed", "pid={} error=\"{}\"", pid.value(), pidfd.error().reason);
+    launcher_.kill_and_reap(pid.value());
+    return retry_later();
   }
   auto child = std::make_unique<Child>(*this);
-  child->pid = pid;
-  child->pidfd.reset(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
-  child->ready_rd = std::move(ready_rd);
+  child->pid = pid.value();
+  child->pidfd = std::move(pidfd.value());
+  child->ready_rd = std::move(ready->ours);
   child->slot = index;
   child->generation = generation_;
   child->started_ms = loop_.now();
   child->listeners = listeners_;
-  link_theirs.reset();
-  child->link = std::make_unique<core::MessageLink>(loop_, std::move(link_ours));
-  if (!child->pidfd) {
-    log_.error("pidfd_open_failed", "pid={} error=\"{}\"", pid, strerror(errno));
-    kill(pid, SIGKILL);
-    waitpid(pid, nullptr, 0);
-    return retry_later();
-  }
+  link->theirs.reset();
+  child->link = std::make_unique<core::MessageLink>(loop_, std::move(link->ours));
   (void)loop_.add(child->pidfd.get(), EPOLLIN, child.get());
   (void)loop_.add(child->ready_rd.get(), EPOLLIN, &child->ready_handler);
   // A replacement in the current generation takes the slot now; a new generation's process takes
@@ -280,10 +207,32 @@ void Supervisor::spawn(int index) {
     slot.started_at = loop_.wall_seconds();
     slot.status = "starting";
   }
-  log_.info("process_started", "slot={} pid={} cpu={} generation={}", index, pid, slot.cpu,
+  log_.info("process_started", "slot={} pid={} cpu={} generation={}", index, child->pid, slot.cpu,
             generation_);
   if (on_link) on_link(index, *child->link);
   children_.push_back(std::move(child));
+}
+
+ChildContext Supervisor::child_context(int index, int ready_fd, int link_fd) const {
+  ChildContext ctx;
+  ctx.slot = index;
+  ctx.cpu = slots_[static_cast<size_t>(index)]->cpu;
+  ctx.generation = generation_;
+  ctx.ready_fd = ready_fd;
+  ctx.link_fd = link_fd;
+  for (auto& fd : listeners_->slots[static_cast<size_t>(index)]) ctx.listen_fds.push_back(fd.get());
+  if (const auto& quic = options_.quic; quic && index < quic->slots()) {
+    for (auto& fd : quic->udp[static_cast<size_t>(index)]) ctx.udp_fds.push_back(fd.get());
+    ctx.forward_rx =
+        quic->forward_rx[static_cast<size_t>(index)][generation_index(generation_)].get();
+    for (auto& pair : quic->forward_tx) {
+      std::array<int, kGenerations> tx{};
+      for (size_t g = 0; g < kGenerations; ++g) tx[g] = pair[g].get();
+      ctx.forward_tx.push_back(tx);
+    }
+    if (quic->serving) ctx.quic_serving = quic->serving->words();
+  }
+  return ctx;
 }
 
 void Supervisor::on_child_ready(Child* child) {
@@ -309,7 +258,7 @@ void Supervisor::on_child_ready(Child* child) {
     enforce_drain_bound(child->slot);
   } else if (!child->sent_term) {
     child->sent_term = true;  // an old generation's late starter: not needed any more
-    kill(child->pid, SIGTERM);
+    launcher_.signal(child->pid, SIGTERM);
   }
 }
 
@@ -402,7 +351,7 @@ void Supervisor::drain(Child* child) {
   child->drain_since = loop_.wall_seconds();
   log_.info("process_draining", "slot={} pid={} generation={}", child->slot, child->pid,
             child->generation);
-  kill(child->pid, kDrainSignal);
+  launcher_.signal(child->pid, kDrainSignal);
 }
 
 void Supervisor::close_old(Child* child, const char* reason) {
@@ -410,7 +359,8 @@ void Supervisor::close_old(Child* child, const char* reason) {
   child->sent_term = true;
   log_.info("process_closing", "slot={} pid={} generation={} reason={}", child->slot, child->pid,
             child->generation, reason);
-  kill(child->pid, SIGTERM);  // its WebSockets get 1001; SIGKILL if it outstays stop_timeout
+  launcher_.signal(child->pid,
+                   SIGTERM);  // its WebSockets get 1001; SIGKILL if it outstays stop_timeout
   child->kill_timer.arm_after(options_.stop_timeout_ms);
 }
 
@@ -454,7 +404,7 @@ void Supervisor::kill_all(int signo, bool old_only) {
       if (c->sent_term) continue;
       c->sent_term = true;
     }
-    kill(c->pid, signo);
+    launcher_.signal(c->pid, signo);
   }
 }
 
@@ -511,6 +461,13 @@ std::vector<DrainingState> Supervisor::draining() const {
   return out;
 }
 
+int Supervisor::exit_status() const {
+  if (terminating_) return 0;
+  bool bad_config = std::any_of(slots_.begin(), slots_.end(),
+                                [](const auto& s) { return s->status == "failed"; });
+  return bad_config ? kExitBadConfig : 1;
+}
+
 std::vector<SlotState> Supervisor::state() const {
   std::vector<SlotState> out;
   for (const auto& s : slots_) {
@@ -529,8 +486,8 @@ std::vector<SlotState> Supervisor::state() const {
   return out;
 }
 
-int run_fanout(core::Logger& log, SupervisorOptions options, std::shared_ptr<ListenerSet> listeners,
-               ChildMain main, FanoutHooks hooks) {
+int run_fanout(core::Logger& log, Launcher& launcher, SupervisorOptions options,
+               std::shared_ptr<ListenerSet> listeners, ChildMain main, FanoutHooks hooks) {
   core::EventLoop loop;
   // Every listen claim (listen_claim.h) answers other instances' probes on this loop, and stops
   // before the loop is gone (a ListenerSet may outlive it).
@@ -551,7 +508,7 @@ int run_fanout(core::Logger& log, SupervisorOptions options, std::shared_ptr<Lis
   } claims{loop, {}};
   claims.watch(listeners->claims);
   if (options.quic) claims.watch(options.quic->claims);
-  Supervisor sup(loop, log, std::move(options));
+  Supervisor sup(loop, log, launcher, std::move(options));
   bool processes_done = false, services_done = !hooks.on_terminate, services_closing = false;
   auto close_services = [&] {
     if (services_closing || !hooks.on_terminate) return;
@@ -594,17 +551,13 @@ int run_fanout(core::Logger& log, SupervisorOptions options, std::shared_ptr<Lis
   services.reset();
   // Stopped by SIGTERM/SIGINT: 0. Otherwise no server process was left and none was to be
   // respawned (each exited 0 or kExitBadConfig by itself): that is a failure of the service.
-  int status = 0;
-  if (!sup.terminating()) {
-    auto slots = sup.state();
-    bool bad_config = std::any_of(slots.begin(), slots.end(),
-                                  [](const SlotState& s) { return s.status == "failed"; });
-    status = bad_config ? kExitBadConfig : 1;
+  int status = sup.exit_status();
+  if (status != 0)
     log.error("supervisor_failed", "reason=\"{}\" exit={}",
-              bad_config ? "a server process found the configuration unusable (exit 78)"
-                         : "every server process exited by itself",
+              status == kExitBadConfig
+                  ? "a server process found the configuration unusable (exit 78)"
+                  : "every server process exited by itself",
               status);
-  }
   log.info("supervisor_stopped", "generation={} exit={}", sup.generation(), status);
   log.flush();
   return status;

@@ -27,10 +27,15 @@
 //    serving.
 //
 // A dead process's socket stays open here, so connections the kernel queued for it wait for its
-// replacement instead of being reset. Children arm PR_SET_PDEATHSIG(SIGTERM) and then check that
-// their parent is still this process (the parent may have died before prctl).
+// replacement instead of being reset. A spawn that fails at any step (ready pipe, link, listening
+// socket, fork, pidfd) is retried with the backoff of a crash loop, so the slot comes back.
 //
-// Single-threaded; one Supervisor per process (fork and signal dispositions are process-wide).
+// Every OS call on processes goes through the Launcher it is given (launcher.h: the real
+// ForkLauncher, or fake_launcher.h in tests), and every delay (respawn, backoff, deadlines)
+// runs on its event loop's clock.
+//
+// Single-threaded; one Supervisor per process with the ForkLauncher (fork and signal dispositions
+// are process-wide). The loop and the launcher are borrowed and must outlive it.
 #pragma once
 
 #include <signal.h>
@@ -49,12 +54,12 @@
 #include "core/message_link.h"
 #include "core/socket.h"
 #include "core/unique_fd.h"
+#include "fanout/launcher.h"
 #include "fanout/listen_claim.h"
 #include "fanout/quic_sockets.h"
 
 namespace corral::fanout {
 
-constexpr int kExitBadConfig = 78;  // a child exiting with this is not respawned
 // Sent to a process of an older generation once its successor is ready: drain (stop accepting,
 // keep upgraded connections until they close or the drain timeout). SIGTERM means close now.
 // SIGUSR2 rather than SIGHUP: a hangup of the terminal's process group must not drain every
@@ -73,30 +78,6 @@ struct ListenerSet {
 // if that has it: an address held by another corral fails with kErrorClaimed.
 core::Result<ListenerSet> make_listeners(const std::vector<core::SocketAddress>& addresses,
                                          int slots, const ListenerSet* previous = nullptr);
-
-// What a child gets: its slot, its CPU, its sockets, and a way to say it is serving.
-struct ChildContext {
-  int slot = 0;
-  int cpu = -1;  // -1: not pinned
-  uint64_t generation = 0;
-  std::vector<int> listen_fds;  // this slot's sockets, one per address (owned by the child)
-  // QUIC (empty without SupervisorOptions::quic): this slot's UDP sockets, one per QUIC address;
-  // this slot's forwarding socket of this generation's index (read end); every slot's forwarding
-  // write ends, by slot and generation index (generation % kGenerations: the processes of a slot
-  // that run at once read different pairs); the shared serving generation per slot.
-  std::vector<int> udp_fds;
-  int forward_rx = -1;
-  std::vector<std::array<int, kGenerations>> forward_tx;
-  const std::atomic<uint64_t>* quic_serving = nullptr;
-  int ready_fd = -1;
-  int link_fd = -1;  // SOCK_SEQPACKET to the supervisor (resolve addresses, later counters)
-  // Tells the supervisor this process is serving (listeners adopted, routes published).
-  void notify_ready() const;
-};
-
-// Runs in the forked child; its return value is the child's exit status. It must not return into
-// the caller's stack frames in any other way (the supervisor _exit()s with the value).
-using ChildMain = std::function<int(const ChildContext&)>;
 
 struct SupervisorOptions {
   int processes = 1;
@@ -137,12 +118,13 @@ struct DrainingState {
 
 class Supervisor {
  public:
-  Supervisor(core::EventLoop& loop, core::Logger& log, SupervisorOptions options);
+  Supervisor(core::EventLoop& loop, core::Logger& log, Launcher& launcher,
+             SupervisorOptions options);
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
   ~Supervisor();
 
-  // Forks every slot. Fails (and forks nothing more) if the first fork fails.
+  // Forks every slot. Fails (and forks nothing more, nor retries) if the first spawn fails.
   core::Result<void> start(std::shared_ptr<ListenerSet> listeners, ChildMain main);
   // A new generation with `main` and `listeners` (pass the current set to keep the sockets).
   void reload(std::shared_ptr<ListenerSet> listeners, ChildMain main);
@@ -154,6 +136,10 @@ class Supervisor {
   uint64_t generation() const { return generation_; }
   bool terminating() const { return terminating_; }
   size_t live_processes() const { return children_.size(); }
+  // Once finished: 0 after terminate(); else no process was left and none was to be respawned
+  // (each exited 0 or kExitBadConfig by itself), a failure of the service: kExitBadConfig if a
+  // slot found the configuration unusable, 1 otherwise. run_fanout returns it.
+  int exit_status() const;
   std::function<void()> on_finished;  // every process reaped after terminate(), or none left to
                                       // run (each exited 0 or 78 by itself)
   // A process's link to the supervisor is up (set its on_message); it lives as long as the process.
@@ -172,10 +158,12 @@ class Supervisor {
   void enforce_drain_bound(int slot);
   Child* index_holder(int slot) const;  // an older live process with generation_'s index
 
+  ChildContext child_context(int slot, int ready_fd, int link_fd) const;
+
   core::EventLoop& loop_;
   core::Logger& log_;
+  Launcher& launcher_;
   SupervisorOptions options_;
-  pid_t self_;
   uint64_t generation_ = 0;
   std::shared_ptr<ListenerSet> listeners_;  // shared: an old generation keeps its own set open
                                             // until its last process is gone
@@ -189,11 +177,12 @@ class Supervisor {
 };
 
 // The seed's library call: fork `processes` server processes running `main`, supervise them, and
-// forward SIGTERM/SIGINT. Returns -1 if the first fork fails; once every process has been reaped,
-// 0 after SIGTERM/SIGINT, else (no process left and none to respawn: each exited 0 or
-// kExitBadConfig by itself) kExitBadConfig if a slot failed so, 1 otherwise. A crash never ends it:
-// a crashed process is respawned. Call once, from a single-threaded caller.
-// `on_reload` (SIGHUP) may return a new ChildMain and listener set to start a new generation.
+// forward SIGTERM/SIGINT, starting them through `launcher`. Returns -1 if the first spawn fails;
+// once every process has been reaped, 0 after SIGTERM/SIGINT, else (no process left and none to
+// respawn: each exited 0 or kExitBadConfig by itself) kExitBadConfig if a slot failed so, 1
+// otherwise. A crash never ends it: a crashed process is respawned. Call once, from a
+// single-threaded caller. `on_reload` (SIGHUP) may return a new ChildMain and listener set to start
+// a new generation.
 struct FanoutHooks {
   std::function<bool(std::shared_ptr<ListenerSet>&, ChildMain&)> on_reload;
   // After the first generation is forked: may start more services on the supervisor's loop (the
@@ -205,7 +194,7 @@ struct FanoutHooks {
   // supervisor returns once its processes are reaped and `done` was called.
   std::function<void(std::function<void()> done)> on_terminate;
 };
-int run_fanout(core::Logger& log, SupervisorOptions options, std::shared_ptr<ListenerSet> listeners,
-               ChildMain main, FanoutHooks hooks = {});
+int run_fanout(core::Logger& log, Launcher& launcher, SupervisorOptions options,
+               std::shared_ptr<ListenerSet> listeners, ChildMain main, FanoutHooks hooks = {});
 
 }  // namespace corral::fanout

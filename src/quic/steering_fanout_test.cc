@@ -121,7 +121,8 @@ class SteeringFanout : public ::testing::TestWithParam<SteeringRequest> {
         return serve(
             steering->context(c.slot, c.generation, c.udp_fds, c.forward_rx, c.forward_tx));
       };
-      _exit(fanout::run_fanout(sup_log, options, listeners, main));
+      fanout::ForkLauncher launcher(sup_log);
+      _exit(fanout::run_fanout(sup_log, launcher, options, listeners, main));
     }
     quic_.reset();  // the supervisor holds the sockets now
     // Serving (and so handling SIGTERM: run_fanout sets that up before it forks) once any

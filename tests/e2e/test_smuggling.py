@@ -44,8 +44,8 @@ ATTEMPTS = [
                  id="TE.TE-xchunked"),
     pytest.param(post(b"Content-Length: 5\r\nTransfer-Encoding : chunked\r\n", b"0\r\n\r\n" + CANARY),
                  [400], id="TE.TE-space-before-colon"),
-    pytest.param(chunked(b"Transfer-Encoding: identity\r\n", b"0\r\n\r\n" + CANARY), [501],
-                 id="TE.TE-chunked-then-identity"),
+    pytest.param(chunked(b"Transfer-Encoding: identity\r\n", b"0\r\n\r\n" + CANARY), [400],
+                 id="TE.TE-chunked-then-identity"),  # chunked not final: 400 (RFC 9112 §6.3)
     pytest.param(post(b"Transfer-Encoding: identity\r\nTransfer-Encoding: chunked\r\n",
                       b"0\r\n\r\n" + CANARY), [501], id="TE.TE-identity-then-chunked"),
     pytest.param(post(b'Transfer-Encoding: "chunked"\r\n', b"0\r\n\r\n" + CANARY), [501],

@@ -1,0 +1,22 @@
+#include "cli/worker_kinds.h"
+
+namespace corral::cli {
+
+std::vector<workers::KindConfig> kind_configs(const std::vector<WorkerKind>& kinds) {
+  std::vector<workers::KindConfig> out;
+  for (const auto& k : kinds) {
+    workers::KindConfig c;
+    c.name = k.name;
+    c.command = k.command;
+    c.env = k.env;
+    c.routes = k.routes;
+    c.idle_ms = k.idle_ms;
+    c.start_timeout_ms = k.start_timeout_ms;
+    c.stop_grace_ms = k.stop_grace_ms;
+    c.max_workers = k.max_workers;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace corral::cli
