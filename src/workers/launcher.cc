@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -29,7 +30,8 @@ void child_fail(const char* what) {
 }  // namespace
 
 core::Result<Launched> ProcessLauncher::launch(const LaunchSpec& spec) {
-  if (spec.command.empty()) return core::Error{EINVAL, "the kind has no command"};
+  if (spec.command.empty() && !spec.in_process)
+    return core::Error{EINVAL, "the kind has no command"};
   // Everything the child needs is built before fork(): after it, only async-signal-safe calls.
   std::map<std::string, std::string> env;
   for (char** e = environ; e && *e; ++e) {
@@ -89,6 +91,12 @@ core::Result<Launched> ProcessLauncher::launch(const LaunchSpec& spec) {
     // The listening socket was made non-blocking for nobody in particular: workers block.
     int fl = fcntl(4, F_GETFL);
     if (fl >= 0) fcntl(4, F_SETFL, fl & ~O_NONBLOCK);
+    if (spec.in_process) {
+      environ = envp.data();  // what getenv() reads: CORRAL_CONTROL_FD and the rest
+      int status = spec.in_process();
+      fflush(nullptr);  // stdio buffers, which _exit would drop
+      _exit(status);
+    }
     execvpe(argv[0], argv.data(), envp.data());
     child_fail(argv[0]);
   }

@@ -11,6 +11,12 @@
 //  * the environment of this process, then the kind's `env`, then CORRAL_CONTROL_FD=3,
 //    CORRAL_LISTEN_FD=4, CORRAL_ADDRESS, CORRAL_STATE_DIR; every other descriptor closed.
 //
+// A kind may instead be a function of the program itself (LaunchSpec::in_process, for embedding
+// applications: app/): the child is set up the same way, then, without exec, `environ` is pointed
+// at the environment above and the function runs in the forked copy of the supervisor; its return
+// is the exit status (_exit: none of the supervisor's destructors or atexit handlers run in the
+// child). That is only sound because the supervisor is single-threaded (fork copies one thread).
+//
 // An exec failure is written to the child's stderr and the child exits 127: the manager sees an
 // exit before `started`, a failed start. launch() allocates everything before fork(), so the child
 // only makes async-signal-safe calls. Stateless; call on the supervisor's thread.
@@ -18,6 +24,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -33,6 +40,8 @@ struct LaunchSpec {
   std::string address;  // its wire form (core::wire_encode): CORRAL_ADDRESS
   std::string state_dir;
   int listen_fd = -1;  // becomes fd 4 in the child; the caller keeps (and closes) its copy
+  // Set: run this in the forked child instead of exec'ing `command` (which may then be empty).
+  std::function<int()> in_process;
 };
 
 struct Launched {

@@ -336,7 +336,8 @@ core::Result<std::unique_ptr<Manager>> Manager::create(core::EventLoop& loop, co
                          "workers." + name + ": a kind name is non-empty, without ':', '/', '%'"};
     for (const auto& k : kinds)
       if (k->config.name == name) return core::Error{EINVAL, "workers." + name + ": defined twice"};
-    if (cfg.command.empty()) return core::Error{EINVAL, "workers." + name + ".command: empty"};
+    if (cfg.command.empty() && !cfg.in_process)
+      return core::Error{EINVAL, "workers." + name + ".command: empty"};
     for (const auto& pattern : cfg.routes) {
       Kind::Route route;
       bool params = false;
@@ -707,8 +708,8 @@ void Manager::start(Slot& slot) {
                 listener.error().reason);
   struct stat st;
   slot.socket_inode = ::stat(slot.socket_path.c_str(), &st) == 0 ? st.st_ino : 0;
-  LaunchSpec spec{cfg.command, cfg.env, core::wire_encode(slot.address), options_.state_dir,
-                  listener->get()};
+  LaunchSpec spec{cfg.command,        cfg.env,         core::wire_encode(slot.address),
+                  options_.state_dir, listener->get(), cfg.in_process};
   auto launched = launcher_->launch(spec);
   if (!launched) {
     ::unlink(slot.socket_path.c_str());

@@ -76,6 +76,9 @@ namespace corral::workers {
 struct KindConfig {
   std::string name;
   std::vector<std::string> command;
+  // Instead of `command`: a function of this program run in the forked child (launcher.h); its
+  // return is the exit status. Embedding applications (app/) use it with worker::worker_main.
+  std::function<int()> in_process;
   std::map<std::string, std::string> env;
   std::vector<std::string> routes;  // "/doc/{id}/*": a path matching it is for "doc:{id}"
   uint32_t idle_ms = 300'000;
