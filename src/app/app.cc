@@ -1,0 +1,128 @@
+#include "app/app.h"
+
+#include <cstdlib>
+#include <iostream>
+
+#include "app/problems.h"
+#include "app/supervision.h"
+#include "core/owned_path.h"
+#include "fanout/listen_claim.h"
+#include "http/runner.h"
+
+namespace corral::app {
+
+namespace {
+
+// What the supervisor's services read and write in the state directory: with workers, their
+// sockets/, locks/ and logs/ (and the kinds' log files in it) too.
+core::Result<void> check_state_tree(const std::string& dir, const Options& options) {
+  if (options.kinds.empty()) return {};
+  for (const char* sub : {"/sockets", "/locks", "/logs"})
+    if (auto r = core::ensure_owned_dir(dir + sub); !r) return r;
+  for (const auto& kind : options.kinds)
+    if (auto r = core::check_owned_if_present(dir + "/logs/" + kind.name + ".log"); !r) return r;
+  return {};
+}
+
+// The single process watches its claim on the address while it serves (fanout/listen_claim.h):
+// run_server owns this (destroyed before the loop).
+class ClaimWatch {
+ public:
+  ClaimWatch(std::shared_ptr<fanout::ListenClaim> claim, core::EventLoop& loop)
+      : claim_(std::move(claim)) {
+    claim_->watch(loop);
+  }
+  ~ClaimWatch() { claim_->unwatch(); }
+  ClaimWatch(const ClaimWatch&) = delete;
+  ClaimWatch& operator=(const ClaimWatch&) = delete;
+
+ private:
+  std::shared_ptr<fanout::ListenClaim> claim_;
+};
+
+int serve_single(core::Logger& log, const Options& options) {
+  http::RunOptions run;
+  // Without SO_REUSEPORT the bind is exclusive already; the claim names who holds the address
+  // (and makes a supervisor that comes second say so). A port 0 is the kernel's: no claim.
+  if (options.listen.port() != 0) {
+    auto c = fanout::claim_listen("tcp", options.listen);
+    if (!c) return listen_problem(log, options.listen, c.error());
+    run.on_loop = [claim = std::move(c.value())](core::EventLoop& loop) {
+      return std::make_shared<ClaimWatch>(claim, loop);
+    };
+  }
+  run.listen.push_back(options.listen);
+  run.server = options.server;
+  run.policy = options.policy;
+  // SIGHUP: only the admission policy changes in a single process.
+  run.on_reload = [&options]() -> std::shared_ptr<const http::AdmissionPolicy> {
+    Options fresh;
+    if (!options.reload || !options.reload(fresh)) return nullptr;
+    return fresh.policy;
+  };
+  return http::run_server(log, run, options.site);
+}
+
+}  // namespace
+
+int print_problem(const std::string& where, const std::string& problem) {
+  std::cerr << "corral: " << where << ": " << problem << "\n";
+  return kExitBadConfig;
+}
+
+int state_problem(const core::Error& e) {
+  std::cerr << "corral: state-dir: " << e.reason << "\n";
+  return e.code == core::kErrorUnsafePath ? kExitUnsafeState : kExitBadConfig;
+}
+
+int listen_problem(core::Logger& log, const core::SocketAddress& address, const core::Error& e) {
+  if (e.code == fanout::kErrorClaimed) {
+    std::cerr << "corral: " << e.reason
+              << ": refusing to share it (stop that corral first, or listen elsewhere)\n";
+    return kExitAddressHeld;
+  }
+  log.error("listen_failed", "address={} error=\"{}\"", address.to_string(), e.reason);
+  return 1;
+}
+
+core::Result<std::string> state_directory(const std::string& configured) {
+  std::string dir = configured;
+  if (dir.empty()) {
+    const char* xdg = getenv("XDG_STATE_HOME");
+    dir = xdg && *xdg ? std::string(xdg) + "/corral" : ".corral";
+  }
+  if (auto r = core::ensure_owned_dir(dir); !r)
+    return core::Error{r.error().code, "state directory " + r.error().reason};
+  return dir;
+}
+
+core::Result<void> build_site(Options& options,
+                              const std::function<void(http::SiteBuilder&)>& routes) {
+  http::SiteBuilder builder;
+  auto slot = std::make_shared<workers::ResolverSlot>();
+  if (!options.kinds.empty()) workers::add_proxy_routes(builder, options.kinds, slot);
+  if (routes) routes(builder);
+  auto site = builder.build();
+  if (!site) return core::Error{site.error().code, site.error().reason};
+  options.site = std::move(site.value());
+  options.resolver_slot = std::move(slot);
+  return {};
+}
+
+bool supervised(const Options& options) {
+  return options.processes != 1 || !options.kinds.empty() || options.tls;
+}
+
+int serve(core::Logger& log, Options options) {
+  log.set_level(options.log_level);
+  if (!supervised(options)) return serve_single(log, options);
+  // The state directory before any socket: the control socket lives there, and the workers'.
+  auto dir = state_directory(options.state_dir);
+  if (!dir) return state_problem(dir.error());
+  if (auto r = check_state_tree(dir.value(), options); !r)
+    return state_problem({r.error().code, "state directory " + r.error().reason});
+  Supervision supervision(log, std::move(options), dir.value());
+  return supervision.run();
+}
+
+}  // namespace corral::app

@@ -1,0 +1,42 @@
+// SupervisorServices: what the supervisor runs on its own loop once its first generation is
+// forked: the worker manager (with worker kinds) and the control API on <state>/control.sock
+// (GET /processes, /workers, the workers' operations). The control server is a member after the
+// manager, so it is destroyed first (its routes use the manager).
+//
+// Lifetime: made by the fan-out's on_started and owned by it (destroyed before the loop).
+// `manager_ref` is the Supervision's pointer that the server processes' links answer with
+// (workers::serve_link): set while a manager serves, null once it closes or goes.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "app/generation.h"
+#include "fanout/supervisor.h"
+#include "http/server.h"
+#include "workers/link_server.h"
+#include "workers/manager.h"
+
+namespace corral::app {
+
+class SupervisorServices {
+ public:
+  SupervisorServices(core::EventLoop& loop, core::Logger& log, fanout::Supervisor& supervisor,
+                     const Generation& generation, const std::string& state_dir,
+                     std::shared_ptr<const workers::ProcessReports> reports,
+                     workers::Manager*& manager_ref);
+  ~SupervisorServices();
+  SupervisorServices(const SupervisorServices&) = delete;
+  SupervisorServices& operator=(const SupervisorServices&) = delete;
+
+  // SIGTERM: the manager stops every worker; `done` once none is left.
+  void close(std::function<void()> done);
+
+ private:
+  workers::Manager*& manager_ref_;
+  std::unique_ptr<workers::Manager> manager_;
+  std::unique_ptr<http::Server> control_;
+};
+
+}  // namespace corral::app

@@ -1,0 +1,149 @@
+#include "app/supervision.h"
+
+#include <unistd.h>
+
+#include "app/problems.h"
+#include "app/server_process.h"
+#include "fanout/cpus.h"
+#include "fanout/launcher.h"
+#include "fanout/listen_claim.h"
+
+namespace corral::app {
+
+namespace {
+
+std::vector<core::SocketAddress> wanted_addresses(const Options& o) {
+  std::vector<core::SocketAddress> a{o.listen};
+  if (o.tls_listen) a.push_back(*o.tls_listen);
+  return a;
+}
+
+void log_listening(core::Logger& log, const fanout::ListenerSet& set) {
+  if (set.addresses.size() > 1)
+    log.info("tls_listening", "address={}", set.addresses[1].to_string());
+}
+
+}  // namespace
+
+Supervision::Supervision(core::Logger& log, Options options, std::string state_dir)
+    : log_(log), state_dir_(std::move(state_dir)) {
+  auto g = std::make_shared<Generation>();
+  g->options = std::move(options);
+  generation_ = std::move(g);
+}
+
+fanout::ChildMain Supervision::child_main() const {
+  // The fan-out calls it in the forked child, where this Supervision is a copy nobody else uses.
+  return [this, generation = generation_](const fanout::ChildContext& ctx) {
+    return ServerProcess(log_, generation, ctx, quic_.get()).run();
+  };
+}
+
+int Supervision::run() {
+  const Options& o = generation_->options;
+  auto cpus = fanout::allowed_cpus();
+  if (!cpus) return print_problem("processes", cpus.error().reason);
+  auto n = fanout::resolve_process_count(o.processes, cpus.value(), o.pin);
+  if (!n) return print_problem("processes", n.error().reason);
+  processes_ = n.value();
+  auto listeners = fanout::make_listeners(wanted_addresses(o), processes_);
+  if (!listeners) return listen_problem(log_, o.listen, listeners.error());
+  auto set = std::make_shared<fanout::ListenerSet>(std::move(listeners.value()));
+  log_.info("listening", "address={} processes={} pin={}", set->addresses.front().to_string(),
+            processes_, o.pin);
+  log_listening(log_, *set);
+  // The TLS port as bound, for the first generation's Alt-Svc: set before the generation is shared
+  // (child_main, below).
+  if (set->addresses.size() > 1)
+    std::const_pointer_cast<Generation>(generation_)->tls_port = set->addresses[1].port();
+
+  fanout::SupervisorOptions options;
+  options.processes = processes_;
+  options.pin = o.pin;
+  options.cpus = cpus.value();
+  options.stop_timeout_ms = o.server.close_timeout_ms + 5'000;
+  options.max_draining = static_cast<uint32_t>(o.max_draining_generations);
+  if (o.tls && o.http3) {
+    int status = 1;
+    quic_ = QuicService::create(log_, *generation_, set->addresses[1], processes_, status);
+    if (!quic_) return status;
+    options.quic = quic_->sockets();
+  }
+
+  fanout::FanoutHooks hooks;
+  hooks.on_reload = [this](std::shared_ptr<fanout::ListenerSet>& set, fanout::ChildMain& main) {
+    return reload(set, main);
+  };
+  hooks.on_link = [this](int slot, core::MessageLink& link) {
+    workers::serve_link(link, &manager_, slot, reports_);
+  };
+  hooks.on_started = [this](core::EventLoop& loop, fanout::Supervisor& supervisor) {
+    return start_services(loop, supervisor);
+  };
+  hooks.on_terminate = [this](std::function<void()> done) { terminate(std::move(done)); };
+  // The set is the supervisor's from here: a reload that replaces it lets it go (and its sockets
+  // and claims with its last process).
+  fanout::ForkLauncher launcher(log_);
+  int r = fanout::run_fanout(log_, launcher, options, std::move(set), child_main(), hooks);
+  unlink((state_dir_ + "/control.sock").c_str());
+  return r < 0 ? 1 : r;
+}
+
+bool Supervision::reload(std::shared_ptr<fanout::ListenerSet>& set, fanout::ChildMain& main) {
+  const Options& current = generation_->options;
+  auto fresh = std::make_shared<Generation>();
+  if (current.reload) {
+    if (!current.reload(fresh->options)) return false;
+  } else {
+    fresh->options = current;
+  }
+  Options& f = fresh->options;
+  if (!f.reload) f.reload = current.reload;  // the next SIGHUP asks the same hook
+  if (f.processes != current.processes || f.pin != current.pin ||
+      f.max_draining_generations != current.max_draining_generations)
+    log_.warn("reload_partial",
+              "reason=\"processes, pin and max_draining_generations change only on restart\"");
+  auto wanted = wanted_addresses(f);
+  bool same = wanted.size() == set->addresses.size();
+  for (size_t i = 0; same && i < wanted.size(); ++i) {
+    const auto& now = set->addresses[i];
+    same = wanted[i].to_string() == now.to_string() ||
+           (wanted[i].port() == 0 && wanted[i].ip() == now.ip());
+  }
+  if (!same) {
+    auto fresh_set = fanout::make_listeners(wanted, static_cast<int>(set->slots.size()), set.get());
+    if (!fresh_set) {
+      if (fresh_set.error().code == fanout::kErrorClaimed)
+        log_.error("reload_refused", "problem=\"{}\"", fresh_set.error().reason);
+      else
+        log_.error("reload_refused", "problem=\"listen {}: {}\"", wanted.front().to_string(),
+                   fresh_set.error().reason);
+      return false;
+    }
+    set = std::make_shared<fanout::ListenerSet>(std::move(fresh_set.value()));
+    log_.info("listening", "address={}", set->addresses.front().to_string());
+    log_listening(log_, *set);
+  }
+  f.processes = current.processes;
+  if (set->addresses.size() > 1) fresh->tls_port = set->addresses[1].port();
+  if (quic_ && fresh->tls_port != generation_->tls_port)
+    log_.warn("reload_partial", "reason=\"the HTTP/3 port changes only on restart\"");
+  generation_ = std::move(fresh);
+  main = child_main();
+  return true;
+}
+
+std::shared_ptr<void> Supervision::start_services(core::EventLoop& loop,
+                                                  fanout::Supervisor& supervisor) {
+  auto services = std::make_shared<SupervisorServices>(loop, log_, supervisor, *generation_,
+                                                       state_dir_, reports_, manager_);
+  services_ = services.get();
+  return services;
+}
+
+void Supervision::terminate(std::function<void()> done) {
+  if (!services_) return done();
+  services_->close(std::move(done));
+}
+
+}  // namespace corral::app
