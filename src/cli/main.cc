@@ -1,7 +1,6 @@
 // corral: the program. Wires the components together (STYLE rule 9: cli only wires).
 #include <sys/stat.h>
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include <unistd.h>
 
@@ -18,7 +17,6 @@
 #include "cli/worker_kinds.h"
 #include "core/owned_path.h"
 #include "http/percent.h"
-#include "quic/steering_setup.h"
 #include "tls/session.h"
 
 namespace {
