@@ -125,7 +125,7 @@ def test_anonymous_is_refused(rooms, token):
 def test_a_throwing_authorize_hook_refuses_and_is_logged(rooms):
     status, _ = request(rooms, "/room/kitchen/", "boom-token")
     assert status == 403
-    rooms.wait_log(r"authorize_failed .*member list is unreachable")
+    rooms.wait_log(r'authorize_failed .*address="room:kitchen"')
     assert_nothing_forked(rooms, "room:kitchen")
 
 
