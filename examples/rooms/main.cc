@@ -106,7 +106,8 @@ int main(int argc, char** argv) {
   options.listen = listen.value();
   options.state_dir = state_dir;
   options.kinds.push_back(room_kind());
-  auto built = app::build_site(options, [](http::SiteBuilder& site) {
+  core::Logger log(2);  // stderr; the site's routes log to it (authorize_failed), so it is first
+  auto built = app::build_site(options, log, [](http::SiteBuilder& site) {
     site.authenticate([](const http::Request& req) -> std::optional<http::Principal> {
       auto auth = req.header("authorization");
       if (!auth || !auth->starts_with("Bearer ")) return std::nullopt;
@@ -123,6 +124,5 @@ int main(int argc, char** argv) {
     std::cerr << "example_rooms: routes: " << built.error().reason << "\n";
     return app::kExitBadConfig;
   }
-  core::Logger log(2);
   return app::serve(log, std::move(options));
 }

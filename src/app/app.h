@@ -88,9 +88,10 @@ struct Options {
 
 // The site every server process serves: the proxy routes of `options.kinds` (any method; a path
 // that matches a kind's pattern goes to the worker of "<kind>:<param>..."), then what `routes`
-// adds (the application's own routes, authenticators, hooks). Sets options.site and
+// adds (the application's own routes, authenticators, hooks). `log` outlives the site (the proxy
+// routes log to it: authorize_failed). Sets options.site and
 // options.resolver_slot; the error lists the routes' problems.
-core::Result<void> build_site(Options& options,
+core::Result<void> build_site(Options& options, core::Logger& log,
                               const std::function<void(http::SiteBuilder&)>& routes);
 
 // Whether serve() runs a supervisor: more than one process, worker kinds (workers are the

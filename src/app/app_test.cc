@@ -53,8 +53,9 @@ TEST(App, StateDirectoryDefaultsToXdgAndRefusesAnUnsafeOne) {
 }
 
 TEST(App, BuildSiteHasTheKindsRoutesAndTheApplications) {
+  core::Logger log(2);
   Options o = with_kind();
-  auto r = build_site(o, [](http::SiteBuilder& site) {
+  auto r = build_site(o, log, [](http::SiteBuilder& site) {
     site.route("GET /", [](http::Request&) { return http::Response::text("home\n"); });
   });
   ASSERT_TRUE(r.ok()) << r.error().reason;
@@ -63,8 +64,9 @@ TEST(App, BuildSiteHasTheKindsRoutesAndTheApplications) {
 }
 
 TEST(App, BuildSiteReportsAConflictWithAKindsRoute) {
+  core::Logger log(2);
   Options o = with_kind();
-  auto r = build_site(o, [](http::SiteBuilder& site) {
+  auto r = build_site(o, log, [](http::SiteBuilder& site) {
     site.route("/room/{name}/*", [](http::Request&) { return http::Response::text("mine\n"); });
   });
   EXPECT_FALSE(r.ok());

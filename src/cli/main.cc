@@ -172,7 +172,7 @@ cli::ConfigErrors prepare(const Flags& flags, core::Logger& log, Prepared& out,
   auto policy = cli::build_policy(config, errors);
   app::Options& o = out.options;
   o.kinds = cli::kind_configs(config.workers);
-  auto site = app::build_site(o, [&](http::SiteBuilder& builder) {
+  auto site = app::build_site(o, log, [&](http::SiteBuilder& builder) {
     if (config.root.empty()) {
       cli::add_welcome_routes(builder, cli::demo_welcome_item(demo));
       cli::add_welcome_sockets(builder);
