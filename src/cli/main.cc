@@ -231,7 +231,7 @@ cli::ConfigErrors prepare(const Flags& flags, core::Logger& log, Prepared& out,
   http::SiteBuilder builder;
   auto resolver_slot = std::make_shared<workers::ResolverSlot>();
   if (!config.workers.empty())
-    workers::add_proxy_routes(builder, cli::kind_configs(config.workers), resolver_slot);
+    workers::add_proxy_routes(builder, cli::kind_configs(config.workers), resolver_slot, log);
   if (config.root.empty()) {
     cli::add_welcome_routes(builder, cli::demo_welcome_item(demo));
     cli::add_welcome_sockets(builder);

@@ -504,20 +504,6 @@ std::optional<std::string> Manager::address_for(std::string_view path) const {
   return std::nullopt;
 }
 
-bool Manager::authorize(const std::optional<std::string>& principal, std::string_view address) {
-  const Kind* kind = kind_of(address);
-  if (!kind) return false;
-  if (!kind->config.authorize) return true;
-  try {
-    return kind->config.authorize(principal, address);
-  } catch (const std::exception& e) {
-    log_.error("authorize_failed", "address=\"{}\" error=\"{}\"", address, e.what());
-  } catch (...) {
-    log_.error("authorize_failed", "address=\"{}\" error=\"unknown exception\"", address);
-  }
-  return false;
-}
-
 void Manager::resolve(const std::string& address, ResolveCallback cb) {
   const Kind* kind = kind_of(address);
   if (!kind) return cb({{}, 404, public_error("No such worker.", "unknown_kind")});

@@ -84,9 +84,13 @@ struct KindConfig {
   size_t max_workers = 0;  // live workers of this kind; 0: only the manager's bound
   // The start data, called before each start (on the loop; a throw fails the start).
   std::function<nlohmann::json(std::string_view address)> start_hook;
-  // May `principal` (nullopt: anonymous) reach `address`? Refusal: 403 before anything starts.
-  std::function<bool(const std::optional<std::string>& principal, std::string_view address)>
-      authorize;
+  // May `principal` (nullopt: anonymous) reach `address`? Called by the server process's proxy
+  // route (workers/proxy_routes.h), after the site's authenticators and before the resolve
+  // message: a refusal or a throw is a 403 and nothing starts. The site is built before the fork,
+  // so the hook is in every server process; it runs on the process's loop and must not block.
+  using Authorize =
+      std::function<bool(const std::optional<std::string>& principal, std::string_view address)>;
+  Authorize authorize;
 };
 
 struct ManagerOptions {
@@ -151,8 +155,6 @@ class Manager {
   // Answers `cb` (possibly before returning) with the address's socket once its worker is ready,
   // starting it if needed, or with the public error.
   void resolve(const std::string& address, ResolveCallback cb);
-  // The kind's authorize hook (true without one; a throwing hook refuses and logs).
-  bool authorize(const std::optional<std::string>& principal, std::string_view address);
   // The address for a request path, from the kinds' route patterns; nullopt when none matches.
   std::optional<std::string> address_for(std::string_view path) const;
 

@@ -38,6 +38,11 @@ class LinkResolver {
   static constexpr size_t kCacheMax = 4096;
 
   LinkResolver(core::EventLoop& loop, core::UniqueFd fd);
+  // Pending answers are dropped, not called: the link's own destructor would otherwise answer
+  // them from members already destroyed (the process, and its requests, are going away).
+  ~LinkResolver() { link_.on_closed = nullptr; }
+  LinkResolver(const LinkResolver&) = delete;
+  LinkResolver& operator=(const LinkResolver&) = delete;
   void resolve(const std::string& address, Answer answer, bool fresh = false);
   // A report of this process's state to the supervisor (see ProcessServices).
   void report(std::string message) { link_.send(std::move(message)); }
