@@ -1,7 +1,7 @@
 // LinkResolver: the server process's end of its link to the supervisor. A proxied request asks
 // it for its address's worker socket; it answers from a small cache or sends a `resolve` message
 // and answers when the supervisor does (`resolved` or `refused`). The supervisor's end is
-// workers/link_server.h; the messages are specified there.
+// workers/link_server.h; both speak workers/link_codec.h, whose header specifies the messages.
 //
 // Lifetime: one per server process, owned by its ProcessServices, on the process's loop; answers
 // still pending when the link closes get a 503. Single-threaded.
