@@ -71,6 +71,10 @@
 #include "core/result.h"
 #include "workers/launcher.h"
 
+namespace corral::http {
+class Router;
+}
+
 namespace corral::workers {
 
 struct KindConfig {
@@ -231,6 +235,7 @@ class Manager {
   ManagerOptions options_;
   std::unique_ptr<Launcher> launcher_;
   std::vector<std::unique_ptr<Kind>> kinds_;
+  std::unique_ptr<http::Router> router_;  // every kind's routes (manager_config.cc)
   std::map<std::string, std::unique_ptr<Slot>, std::less<>> slots_;
   std::map<std::string, core::UniqueFd, std::less<>> log_fds_;
   std::map<std::string, uint64_t, std::less<>> recoveries_;  // address -> last lost-link recovery
