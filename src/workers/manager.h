@@ -148,7 +148,8 @@ std::string lock_file_name(std::string_view address);
 class Manager {
  public:
   // Creates <state>/sockets, locks and logs (0700) and validates the kinds (names, commands,
-  // route patterns); the error names the problem.
+  // route patterns: the HTTP router's syntax, any method, a {param}; no two kinds on one shape);
+  // the error names the problem.
   static core::Result<std::unique_ptr<Manager>> create(core::EventLoop& loop, core::Logger& log,
                                                        ManagerOptions options,
                                                        std::unique_ptr<Launcher> launcher);
@@ -159,7 +160,8 @@ class Manager {
   // Answers `cb` (possibly before returning) with the address's socket once its worker is ready,
   // starting it if needed, or with the public error.
   void resolve(const std::string& address, ResolveCallback cb);
-  // The address for a request path, from the kinds' route patterns; nullopt when none matches.
+  // The address for a request path, from the kinds' route patterns matched by an http::Router
+  // (the matcher the proxy routes' site uses); nullopt when none matches.
   std::optional<std::string> address_for(std::string_view path) const;
 
   // Control operations; false when they do not apply (unknown kind, or nothing to act on).
