@@ -2,7 +2,8 @@
 # bench/run.sh: corral against nginx on this machine, one server at a time.
 #
 #   bench/run.sh [--duration S] [--warmup S] [--connections N] [--cases a,b,c,d]
-#                [--priority rt|nice|none] [--floor yes|no]
+#                [--priority rt|nice|none] [--floor yes|no] [--baseline PATH]
+#                [--nginx yes|no]
 #
 # Cases: (a) GET /hello, 5-byte body, keep-alive; (b) GET /64k.bin, a 64 KiB static file;
 # (c) /hello with 16 requests pipelined per write (bench/pipeline.lua); (d) /hello with
@@ -26,13 +27,18 @@
 # nice does not help against processes in other cgroups. Cost of rt: the kernel's RT throttling
 # (sched_rt_runtime_us, 950 ms per s) stalls a saturated server, which inflates p99 for both
 # servers (tens of ms); compare p99 from a --priority none run on a quiet machine.
+# --baseline PATH also measures a second corral binary (e.g. a release build of the commit before
+# a change), started with the same arguments, pinned and loaded the same way, back to back with
+# corral in every case (which of the two goes first alternates from case to case); a second table
+# gives corral/baseline per case. Without it, one corral as before.
+# --nginx no leaves nginx out (and its table): for comparing two corral builds where it is missing.
 #
 # Environment: CORRAL_BIN (use this binary, do not build), NGINX_BIN (default: nginx in PATH).
 # Needs: wrk, nginx, curl, python3, taskset (scripts/deps.sh bench).
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-help_lines=2,27
+help_lines=2,37
 
 duration=10
 warmup=2
@@ -40,14 +46,26 @@ conns=50
 cases="a,b,c,d"
 priority=$(rt_if_root)
 floor=no
+baseline=""
+with_nginx=yes
 parse_flags "--duration duration --warmup warmup --connections conns --cases cases --priority priority
-  --floor floor" "$@"
+  --floor floor --baseline baseline --nginx with_nginx" "$@"
 set_prio "$priority"
 
-find_nginx
-need_tools wrk curl python3 taskset "$nginx_bin"
+need_tools wrk curl python3 taskset
+if [[ "$with_nginx" == yes ]]; then
+  find_nginx
+  need_tools "$nginx_bin"
+elif [[ "$with_nginx" != no ]]; then
+  echo "$self: --nginx yes|no" >&2
+  exit 2
+fi
 need_cpus "(server on CPU 0, wrk on CPU 1)"
 find_corral --fallback
+if [[ -n "$baseline" ]]; then
+  baseline="$(realpath "$baseline")"
+  [[ -x "$baseline" ]] || { echo "$self: no baseline binary at $baseline" >&2; exit 2; }
+fi
 
 # --- fixtures ----------------------------------------------------------------------------------
 make_tmp corral-bench
@@ -62,7 +80,8 @@ if [[ "$floor" == yes ]]; then
 fi
 
 # --- servers -----------------------------------------------------------------------------------
-start_server() {  # $1 nginx|corral  $2 hello|static  $3 port
+start_server() {  # $1 nginx|floor|uring|corral|baseline  $2 hello|static  $3 port
+  local bin="$corral"
   case "$1" in
     nginx)
       write_nginx_conf "$3" "worker_processes 1;" "  sendfile on;
@@ -78,12 +97,13 @@ start_server() {  # $1 nginx|corral  $2 hello|static  $3 port
     uring)
       "${prio[@]}" taskset -c 0 "$tmp/floor_uring" "$3" >"$tmp/server.out" 2>&1 &
       ;;
-    corral)
+    corral|baseline)
+      [[ "$1" == baseline ]] && bin="$baseline"
       if [[ "$2" == static ]]; then
-        "${prio[@]}" taskset -c 0 "$corral" serve "$tmp/www" --config "$tmp/plain.toml" --listen "127.0.0.1:$3" --no-access-log \
+        "${prio[@]}" taskset -c 0 "$bin" serve "$tmp/www" --config "$tmp/plain.toml" --listen "127.0.0.1:$3" --no-access-log \
           --log-level warn >"$tmp/server.out" 2>&1 &
       else
-        "${prio[@]}" taskset -c 0 "$corral" serve --config "$tmp/plain.toml" --listen "127.0.0.1:$3" --no-access-log \
+        "${prio[@]}" taskset -c 0 "$bin" serve --config "$tmp/plain.toml" --listen "127.0.0.1:$3" --no-access-log \
           --log-level warn >"$tmp/server.out" 2>&1 &
       fi
       ;;
@@ -128,7 +148,7 @@ measure() {  # $1 case  $2 server  $3 port
   cpu_us=$(awk -v d=$((c1 - c0)) -v hz="$hz" -v n="$reqs" 'BEGIN { printf "%.2f", d * 1e6 / hz / n }')
   proc_us=$(awk -v d=$((p1 - p0)) -v n="$reqs" 'BEGIN { printf "%.2f", d / 1e3 / n }')
   echo "$1 $2 $rps $p99 $cpu_us $proc_us ${errors:-0} ${non2xx:-0} $reqs" >>"$results"
-  printf 'run.sh: case %s %-6s %10s req/s  p99 %6s us  cpu/req %6s us  proc/req %6s us  errors %s non2xx %s\n' \
+  printf 'run.sh: case %s %-8s %10s req/s  p99 %6s us  cpu/req %6s us  proc/req %6s us  errors %s non2xx %s\n' \
     "$1" "$2" "$rps" "$p99" "$cpu_us" "$proc_us" "${errors:-0}" "${non2xx:-0}" >&2
 }
 
@@ -140,10 +160,19 @@ if [[ "$idle_busy" -gt 5 ]]; then
 fi
 
 IFS=, read -ra case_list <<<"$cases"
+n_case=0
 for c in "${case_list[@]}"; do
   kind=hello
   [[ "$c" == b ]] && kind=static
-  servers=(nginx corral)
+  servers=()
+  [[ "$with_nginx" == yes ]] && servers+=(nginx)
+  if [[ -z "$baseline" ]]; then
+    servers+=(corral)
+  elif (( n_case++ % 2 == 0 )); then  # the two builds take turns going first: no order bias
+    servers+=(baseline corral)
+  else
+    servers+=(corral baseline)
+  fi
   [[ "$floor" == yes && "$c" != b ]] && servers+=(floor uring)
   for server in "${servers[@]}"; do
     port=$(free_port)
@@ -155,7 +184,7 @@ done
 
 # --- report ------------------------------------------------------------------------------------
 awk -v dur="$duration" -v conns="$conns" -v prio="$priority" -v date="$(utc_minute)" -v cpumodel="$(cpu_model)" \
-    -v kernel="$(uname -r)" -v nginxv="$(nginx_version)" '
+    -v kernel="$(uname -r)" -v nginxv="$([[ "$with_nginx" == no ]] || nginx_version)" -v basebin="$baseline" '
   function name(c) {
     if (c == "a") return "(a) 5-byte, keep-alive";
     if (c == "b") return "(b) 64 KiB static file";
@@ -171,33 +200,59 @@ awk -v dur="$duration" -v conns="$conns" -v prio="$priority" -v date="$(utc_minu
     err[$1, $2] = $7 + $8;
   }
   END {
-    printf "\n%-30s | %10s %10s %6s | %9s %8s %6s | %7s %7s %6s | %7s %7s %6s\n",
-      "case", "nginx r/s", "corral r/s", "ratio", "nginx p99", "corral", "ratio",
-      "nginx", "corral", "ratio", "nginx", "corral", "ratio"
-    printf "%-30s | %29s | %25s | %23s | %23s\n", "", "requests/s", "p99 latency (us)",
-      "CPU 0 us/request", "process us/request"
-    for (i = 1; i <= n; i++) {
-      c = cases[i]
-      printf "%-30s | %10.0f %10.0f %6s | %9s %8s %6s | %7.2f %7.2f %6s | %7.2f %7.2f %6s\n",
-        name(c), rps[c, "nginx"], rps[c, "corral"], ratio(rps[c, "corral"], rps[c, "nginx"]),
-        lat(p99[c, "nginx"], ""), lat(p99[c, "corral"], ""), ratio(p99[c, "corral"], p99[c, "nginx"]),
-        cpu[c, "nginx"], cpu[c, "corral"], ratio(cpu[c, "corral"], cpu[c, "nginx"]),
-        proc[c, "nginx"], proc[c, "corral"], ratio(proc[c, "corral"], proc[c, "nginx"])
+    nginx = 0
+    for (i = 1; i <= n; i++) if ((cases[i], "nginx") in proc) nginx++
+    if (nginx) {
+      printf "\n%-30s | %10s %10s %6s | %9s %8s %6s | %7s %7s %6s | %7s %7s %6s\n",
+        "case", "nginx r/s", "corral r/s", "ratio", "nginx p99", "corral", "ratio",
+        "nginx", "corral", "ratio", "nginx", "corral", "ratio"
+      printf "%-30s | %29s | %25s | %23s | %23s\n", "", "requests/s", "p99 latency (us)",
+        "CPU 0 us/request", "process us/request"
+      for (i = 1; i <= n; i++) {
+        c = cases[i]
+        printf "%-30s | %10.0f %10.0f %6s | %9s %8s %6s | %7.2f %7.2f %6s | %7.2f %7.2f %6s\n",
+          name(c), rps[c, "nginx"], rps[c, "corral"], ratio(rps[c, "corral"], rps[c, "nginx"]),
+          lat(p99[c, "nginx"], ""), lat(p99[c, "corral"], ""), ratio(p99[c, "corral"], p99[c, "nginx"]),
+          cpu[c, "nginx"], cpu[c, "corral"], ratio(cpu[c, "corral"], cpu[c, "nginx"]),
+          proc[c, "nginx"], proc[c, "corral"], ratio(proc[c, "corral"], proc[c, "nginx"])
+      }
     }
     print ""
     printf "<!-- bench/run.sh --duration %s --priority %s, %s, %s, Linux %s, nginx %s, wrk -t1 -c%s -->\n",
-      dur, prio, date, cpumodel, kernel, nginxv, conns
-    print "| case | nginx req/s | corral req/s | corral/nginx | nginx p99 | corral p99 | corral/nginx | nginx CPU/req | corral CPU/req | corral/nginx | nginx proc CPU/req | corral proc CPU/req | corral/nginx |"
-    print "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-    for (i = 1; i <= n; i++) {
-      c = cases[i]
-      printf "| %s | %.0f | %.0f | %s | %s | %s | %s | %.2f us | %.2f us | %s | %.2f us | %.2f us | %s |\n",
-        name(c), rps[c, "nginx"], rps[c, "corral"], ratio(rps[c, "corral"], rps[c, "nginx"]),
-        lat(p99[c, "nginx"], " us"), lat(p99[c, "corral"], " us"), ratio(p99[c, "corral"], p99[c, "nginx"]),
-        cpu[c, "nginx"], cpu[c, "corral"], ratio(cpu[c, "corral"], cpu[c, "nginx"]),
-        proc[c, "nginx"], proc[c, "corral"], ratio(proc[c, "corral"], proc[c, "nginx"])
-      if (err[c, "nginx"] + err[c, "corral"] > 0)
-        printf "\n(case %s: socket errors or non-2xx: nginx %d, corral %d)\n", c, err[c, "nginx"], err[c, "corral"] > "/dev/stderr"
+      dur, prio, date, cpumodel, kernel, nginx ? nginxv : "not run", conns
+    if (nginx) {
+      print "| case | nginx req/s | corral req/s | corral/nginx | nginx p99 | corral p99 | corral/nginx | nginx CPU/req | corral CPU/req | corral/nginx | nginx proc CPU/req | corral proc CPU/req | corral/nginx |"
+      print "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+      for (i = 1; i <= n; i++) {
+        c = cases[i]
+        printf "| %s | %.0f | %.0f | %s | %s | %s | %s | %.2f us | %.2f us | %s | %.2f us | %.2f us | %s |\n",
+          name(c), rps[c, "nginx"], rps[c, "corral"], ratio(rps[c, "corral"], rps[c, "nginx"]),
+          lat(p99[c, "nginx"], " us"), lat(p99[c, "corral"], " us"), ratio(p99[c, "corral"], p99[c, "nginx"]),
+          cpu[c, "nginx"], cpu[c, "corral"], ratio(cpu[c, "corral"], cpu[c, "nginx"]),
+          proc[c, "nginx"], proc[c, "corral"], ratio(proc[c, "corral"], proc[c, "nginx"])
+        if (err[c, "nginx"] + err[c, "corral"] > 0)
+          printf "\n(case %s: socket errors or non-2xx: nginx %d, corral %d)\n", c, err[c, "nginx"], err[c, "corral"] > "/dev/stderr"
+      }
+    }
+    bases = 0
+    for (i = 1; i <= n; i++) if ((cases[i], "baseline") in proc) bases++
+    if (bases) {
+      print ""
+      printf "corral against the baseline build (%s), side by side in this run:\n", basebin
+      print ""
+      print "| case | baseline req/s | corral req/s | corral/baseline | baseline p99 | corral p99 | corral/baseline | baseline CPU/req | corral CPU/req | corral/baseline | baseline proc CPU/req | corral proc CPU/req | corral/baseline |"
+      print "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+      for (i = 1; i <= n; i++) {
+        c = cases[i]
+        if (!((c, "baseline") in proc)) continue
+        printf "| %s | %.0f | %.0f | %s | %s | %s | %s | %.2f us | %.2f us | %s | %.2f us | %.2f us | %s |\n",
+          name(c), rps[c, "baseline"], rps[c, "corral"], ratio(rps[c, "corral"], rps[c, "baseline"]),
+          lat(p99[c, "baseline"], " us"), lat(p99[c, "corral"], " us"), ratio(p99[c, "corral"], p99[c, "baseline"]),
+          cpu[c, "baseline"], cpu[c, "corral"], ratio(cpu[c, "corral"], cpu[c, "baseline"]),
+          proc[c, "baseline"], proc[c, "corral"], ratio(proc[c, "corral"], proc[c, "baseline"])
+        if (err[c, "baseline"] > 0)
+          printf "\n(case %s: socket errors or non-2xx: baseline %d)\n", c, err[c, "baseline"] > "/dev/stderr"
+      }
     }
     floors = 0
     for (i = 1; i <= n; i++) if ((cases[i], "floor") in proc) floors++

@@ -4,6 +4,7 @@
 #   bench/workers.sh [--count 200] [--concurrency 8] [--duration 10] [--warmup 2]
 #                    [--connections 32] [--threads 2] [--repeat 2] [--idle-workers 50]
 #                    [--kinds cpp,python] [--parts first,proxy,memory] [--priority rt|nice|none]
+#                    [--baseline PATH [--baseline-worker PATH]]
 #
 # Parts (each on a fresh `corral serve --config` with its own state directory; the config has no
 # root, so the embedded welcome site's GET /hello is served next to the worker routes):
@@ -28,6 +29,12 @@
 # No CPU pinning: the server, supervisor, worker and wrk share the machine's CPUs (a proxied
 # request needs three processes). --priority (default rt as root, as bench/run.sh): corral (and so
 # its workers, which inherit it), wrk and the clients run under chrt -f 50 / nice -19.
+# --baseline PATH measures a second corral binary (e.g. a release build of the commit before a
+# change) in the same run, with the same config, clients and priority: its example_worker is
+# --baseline-worker, by default examples/worker_cpp/example_worker next to it (else corral's).
+# Parts first and memory run both builds back to back (a fresh corral each); in part proxy both
+# run at once and every wrk run goes to one then the other (which goes first alternates), so both
+# see the same machine. A last table gives corral/baseline per worker kind. Without it, one corral.
 # This script only measures; nothing is pass/fail.
 #
 # Environment: CORRAL_BIN and WORKER_BIN (use these binaries, do not build), PYTHON_BIN (the
@@ -36,7 +43,7 @@
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-help_lines=2,35
+help_lines=2,42
 
 count=200
 concurrency=8
@@ -49,9 +56,11 @@ idle_workers=50
 kinds="cpp,python"
 parts="first,proxy,memory"
 priority=$(rt_if_root)
+baseline=""
+baseline_worker=""
 parse_flags "--count count --concurrency concurrency --duration duration --warmup warmup
   --connections conns --threads threads --repeat repeat --idle-workers idle_workers --kinds kinds
-  --parts parts --priority priority" "$@"
+  --parts parts --priority priority --baseline baseline --baseline-worker baseline_worker" "$@"
 set_prio "$priority"
 
 need_tools wrk curl python3 cc
@@ -69,15 +78,45 @@ else
   release_build corral example_worker
 fi
 worker_py="$root/examples/worker_python/worker.py"
-for f in "$corral" "$worker_cpp"; do
-  [[ -x "$f" ]] || { echo "workers.sh: no binary at $f" >&2; exit 2; }
+# The builds measured, each with its corral and its example_worker: "corral", and "baseline" first
+# when --baseline names one. The functions below act on the current build (use_build).
+builds=()
+declare -A bin_of worker_of pid_of port_of state_of out_of srv_of wpid_of
+if [[ -n "$baseline" ]]; then
+  builds+=(baseline)
+  bin_of[baseline]="$(realpath "$baseline")"
+  if [[ -z "$baseline_worker" ]]; then
+    baseline_worker="$(dirname "${bin_of[baseline]}")/examples/worker_cpp/example_worker"
+    [[ -x "$baseline_worker" ]] || baseline_worker="$worker_cpp"
+  fi
+  worker_of[baseline]="$(realpath "$baseline_worker")"
+fi
+builds+=(corral)
+bin_of[corral]="$corral"
+worker_of[corral]="$worker_cpp"
+for b in "${builds[@]}"; do
+  for f in "${bin_of[$b]}" "${worker_of[$b]}"; do
+    [[ -x "$f" ]] || { echo "workers.sh: no binary at $f" >&2; exit 2; }
+  done
 done
 
 # --- fixtures ----------------------------------------------------------------------------------
 make_tmp corral-workers-bench
 corral_pid=""
+build=corral
 seen_workers=()  # every worker pid seen, killed at exit if one outlived its supervisor
-stop_corral() {
+use_build() {  # $1 a build: sets corral (its binary) and the pid, port, state, pids of its corral
+  build="$1"
+  corral="${bin_of[$1]}"
+  worker_cpp="${worker_of[$1]}"
+  corral_pid="${pid_of[$1]:-}"
+  port="${port_of[$1]:-}"
+  state="${state_of[$1]:-}"
+  out="${out_of[$1]:-}"
+  srv="${srv_of[$1]:-}"
+  wpid="${wpid_of[$1]:-}"
+}
+stop_corral() {  # the current build's corral
   if [[ -n "$corral_pid" ]] && kill -0 "$corral_pid" 2>/dev/null; then
     kill -TERM "$corral_pid" 2>/dev/null || true
     for _ in $(seq 150); do
@@ -88,9 +127,17 @@ stop_corral() {
     wait "$corral_pid" 2>/dev/null || true
   fi
   corral_pid=""
+  pid_of[$build]=""
+}
+stop_all() {
+  local b
+  for b in "${builds[@]}"; do
+    use_build "$b"
+    stop_corral
+  done
 }
 cleanup() {  # replaces lib.sh's: corral and any worker left over, then $tmp
-  stop_corral
+  stop_all
   local p
   for p in "${seen_workers[@]}"; do
     kill -KILL "$p" 2>/dev/null || true
@@ -103,7 +150,8 @@ cc -O2 -o "$tmp/uds_load" "$root/bench/workers_uds_load.c"
 run_n=0
 state=""
 port=""
-start_corral() {  # $1 cpp|python
+start_corral() {  # $1 cpp|python  [$2 build, default corral]: it becomes the current build
+  use_build "${2:-corral}"
   run_n=$((run_n + 1))
   state="$tmp/state-$run_n"
   port=$(free_port)
@@ -123,11 +171,13 @@ command = $cmd
 routes = ["/counter/{id}/*"]
 idle = "1h"
 EOF
-  "${prio[@]}" "$corral" serve --config "$tmp/corral-$run_n.toml" >"$tmp/corral-$run_n.out" 2>&1 &
+  out="$tmp/corral-$run_n.out"
+  "${prio[@]}" "$corral" serve --config "$tmp/corral-$run_n.toml" >"$out" 2>&1 &
   corral_pid=$!
+  pid_of[$build]=$corral_pid port_of[$build]=$port state_of[$build]=$state out_of[$build]=$out
   poll_while_alive "$corral_pid" answers_hello && return 0
-  echo "workers.sh: corral did not answer /hello; its output:" >&2
-  cat "$tmp/corral-$run_n.out" >&2
+  echo "workers.sh: $build did not answer /hello; its output:" >&2
+  cat "$out" >&2
   return 1
 }
 
@@ -137,8 +187,8 @@ answers_hello() { [[ "$(curl -fsS "http://127.0.0.1:$port/hello" 2>/dev/null)" =
 expect_counter() {  # $1 path
   local body
   body=$(curl -fsS "http://127.0.0.1:$port$1") || {
-    echo "workers.sh: GET $1 failed; corral's output:" >&2
-    cat "$tmp/corral-$run_n.out" >&2
+    echo "workers.sh: GET $1 failed; $build's output:" >&2
+    cat "$out" >&2
     return 1
   }
   [[ "$body" =~ ^[0-9]+$ ]] || { echo "workers.sh: GET $1 answered '$body'" >&2; return 1; }
@@ -180,19 +230,22 @@ load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 if has_part first; then
   for kind in "${kind_list[@]}"; do
     for c in 1 "$concurrency"; do
-      start_corral "$kind"
-      for i in 1 2 3 4 5; do expect_counter "/counter/w$i/"; done
-      out=$("${prio[@]}" python3 "$root/bench/workers_first.py" --port "$port" --prefix /counter/a \
-        --count "$count" --concurrency "$c")
-      remember_workers
-      alive=$(worker_pids | wc -l)
-      echo "workers.sh: first $kind c=$c: $out (workers running: $alive)" >&2
-      python3 -c '
+      for b in "${builds[@]}"; do
+        start_corral "$kind" "$b"
+        for i in 1 2 3 4 5; do expect_counter "/counter/w$i/"; done
+        got=$("${prio[@]}" python3 "$root/bench/workers_first.py" --port "$port" --prefix /counter/a \
+          --count "$count" --concurrency "$c")
+        remember_workers
+        alive=$(worker_pids | wc -l)
+        echo "workers.sh: first $kind c=$c $b: $got (workers running: $alive)" >&2
+        python3 -c '
 import json, sys
 d = json.loads(sys.argv[1])
 print("first", sys.argv[2], d["concurrency"], d["count"], d["errors"], d["median_ms"], d["p90_ms"],
-      d["p99_ms"], d["max_ms"], d["starts_per_s"], sys.argv[3])' "$out" "$kind" "$alive" >>"$results"
-      stop_corral
+      d["p99_ms"], d["max_ms"], d["starts_per_s"], sys.argv[3], sys.argv[4])' "$got" "$kind" "$alive" "$b" \
+          >>"$results"
+        stop_corral
+      done
     done
   done
 fi
@@ -209,12 +262,12 @@ wrk_run() {  # $1 label  $2 path  -> one "proxy" line in results
   local reqs rps p50 p99 errors non2xx
   wrk_fields "$out"
   p50=$(to_us "$(awk '$1 == "50%" { print $2 }' <<<"$out")")
-  wrk_ran "$out" "on $2" || return 1
+  wrk_ran "$out" "on $2 ($build)" || return 1
   awk -v k="$kind" -v l="$1" -v rps="$rps" -v p50="$p50" -v p99="$p99" -v n="$reqs" \
       -v s=$((s1 - s0)) -v v=$((v1 - v0)) -v w=$((w1 - w0)) -v b=$((b1 - b0)) -v hz="$hz" \
-      -v e="${errors:-0}" -v x="${non2xx:-0}" 'BEGIN {
-    printf "proxy %s %s %s %s %s %.2f %.2f %.2f %.2f %d\n", k, l, rps, p50, p99,
-      s / 1e3 / n, v / 1e3 / n, w / 1e3 / n, b * 1e6 / hz / n, e + x }' | tee -a "$results" >&2
+      -v e="${errors:-0}" -v x="${non2xx:-0}" -v build="$build" 'BEGIN {
+    printf "proxy %s %s %s %s %s %.2f %.2f %.2f %.2f %d %s\n", k, l, rps, p50, p99,
+      s / 1e3 / n, v / 1e3 / n, w / 1e3 / n, b * 1e6 / hz / n, e + x, build }' | tee -a "$results" >&2
 }
 
 uds_run() {  # $1 close|keepalive
@@ -227,42 +280,49 @@ uds_run() {  # $1 close|keepalive
   # requests N seconds S rps R errors E non200 M
   read -r _ n _ _ _ rps _ e _ x <<<"$out"
   awk -v k="$kind" -v l="worker-uds-$1" -v rps="$rps" -v n="$n" -v w=$((w1 - w0)) \
-      -v b=$((b1 - b0)) -v hz="$hz" -v e="$((e + x))" 'BEGIN {
-    printf "proxy %s %s %s - - - - %.2f %.2f %d\n", k, l, rps, w / 1e3 / n, b * 1e6 / hz / n, e
+      -v b=$((b1 - b0)) -v hz="$hz" -v e="$((e + x))" -v build="$build" 'BEGIN {
+    printf "proxy %s %s %s - - - - %.2f %.2f %d %s\n", k, l, rps, w / 1e3 / n, b * 1e6 / hz / n, e,
+      build
   }' | tee -a "$results" >&2
 }
 
 if has_part proxy; then
   for kind in "${kind_list[@]}"; do
-    start_corral "$kind"
-    expect_counter /counter/x/
-    remember_workers
-    srv=$(server_pid)
-    wpid=$(worker_pids | head -1)
-    [[ -n "$srv" && -n "$wpid" ]] || { echo "workers.sh: no server or worker pid" >&2; exit 1; }
-    for _ in $(seq "$repeat"); do
-      wrk_run direct /hello
-      wrk_run proxied /counter/x/
+    for b in "${builds[@]}"; do
+      start_corral "$kind" "$b"
+      expect_counter /counter/x/
+      remember_workers
+      srv_of[$b]=$(server_pid)
+      wpid_of[$b]=$(worker_pids | head -1)
+      [[ -n "${srv_of[$b]}" && -n "${wpid_of[$b]}" ]] ||
+        { echo "workers.sh: no server or worker pid ($b)" >&2; exit 1; }
     done
-    uds_run close
-    uds_run keepalive
-    stop_corral
+    order=("${builds[@]}")
+    for _ in $(seq "$repeat"); do
+      for b in "${order[@]}"; do use_build "$b"; wrk_run direct /hello; done
+      for b in "${order[@]}"; do use_build "$b"; wrk_run proxied /counter/x/; done
+      # shellcheck disable=SC2207  # the builds' names have no spaces
+      order=($(printf '%s\n' "${order[@]}" | tac))  # the other build goes first next round
+    done
+    for b in "${builds[@]}"; do use_build "$b"; uds_run close; uds_run keepalive; done
+    stop_all
   done
 fi
 
 # --- part 3: memory per idle worker ------------------------------------------------------------
 if has_part memory; then
   for kind in "${kind_list[@]}"; do
-    start_corral "$kind"
-    for i in $(seq "$idle_workers"); do expect_counter "/counter/m$i/"; done
-    sleep 3
-    remember_workers
-    # shellcheck disable=SC2207
-    pids=($(worker_pids))
-    srv=$(server_pid)
-    python3 - "$kind" "$corral_pid" "$srv" "${pids[@]}" >>"$results" <<'EOF'
+    for b in "${builds[@]}"; do
+      start_corral "$kind" "$b"
+      for i in $(seq "$idle_workers"); do expect_counter "/counter/m$i/"; done
+      sleep 3
+      remember_workers
+      # shellcheck disable=SC2207
+      pids=($(worker_pids))
+      srv=$(server_pid)
+      python3 - "$kind" "$b" "$corral_pid" "$srv" "${pids[@]}" >>"$results" <<'EOF'
 import sys
-kind, sup, srv, pids = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+kind, build, sup, srv, pids = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 def rollup(pid):
     out = {}
     with open(f"/proc/{pid}/smaps_rollup") as f:
@@ -279,10 +339,11 @@ for p in pids:
 n = len(pids)
 corral_pss = rollup(sup)["Pss"] + rollup(srv)["Pss"]
 print("memory", kind, n, round(tot["Pss"] / n), round(tot["Rss"] / n), round(tot["Uss"] / n),
-      corral_pss)
+      corral_pss, build)
 EOF
-    tail -1 "$results" >&2
-    stop_corral
+      tail -1 "$results" >&2
+      stop_corral
+    done
   done
 fi
 
@@ -293,7 +354,13 @@ echo
 printf '<!-- bench/workers.sh --count %s --concurrency %s --duration %s --repeat %s --idle-workers %s --priority %s, %s, %s x%s, Linux %s, load average before %s after %s -->\n' \
   "$count" "$concurrency" "$duration" "$repeat" "$idle_workers" "$priority" "$(utc_minute)" \
   "$(cpu_model)" "$(nproc)" "$(uname -r)" "$load_before" "$load_after"
-awk -v conns="$conns" -v threads="$threads" '
+awk -v conns="$conns" -v threads="$threads" -v nbuilds="${#builds[@]}" -v basebin="${bin_of[baseline]:-}" \
+    -v kindlist="$kinds" -v concs="1,$concurrency" '
+  function who(kind, build) { return (nbuilds > 1) ? kind " (" build ")" : kind }
+  function ratio(x, y) { return (x > 0 && y > 0) ? sprintf("%.3f", x / y) : "-" }
+  function row(kind, what, fmt, b, c) {
+    printf "| %s | %s | " fmt " | " fmt " | %s |\n", kind, what, b, c, ratio(c, b)
+  }
   $1 == "first" { first[++nf] = $0 }
   $1 == "proxy" { proxy[++np] = $0 }
   $1 == "memory" { mem[++nm] = $0 }
@@ -307,7 +374,8 @@ awk -v conns="$conns" -v threads="$threads" '
       for (i = 1; i <= nf; i++) {
         split(first[i], f, " ")
         printf "| %s | %s | %s | %.1f | %.1f | %.1f | %.1f | %s | %s |\n",
-          f[2], f[3], f[4], f[6], f[7], f[8], f[9], f[10], f[5]
+          who(f[2], f[12]), f[3], f[4], f[6], f[7], f[8], f[9], f[10], f[5]
+        med[f[2], f[3], f[12]] = f[6]; conc[f[2], f[3]] = 1
       }
     }
     if (np) {
@@ -319,17 +387,21 @@ awk -v conns="$conns" -v threads="$threads" '
       for (i = 1; i <= np; i++) {
         split(proxy[i], f, " ")
         if (f[5] == "-")
-          printf "| %s | %s | %.0f | - | - | - | - | %.2f us | %.2f us | %s |\n", f[2], f[3], f[4], f[9], f[10], f[11]
+          printf "| %s | %s | %.0f | - | - | - | - | %.2f us | %.2f us | %s |\n", who(f[2], f[12]), f[3], f[4], f[9], f[10], f[11]
         else
           printf "| %s | %s | %.0f | %s us | %s us | %.2f us | %.2f us | %.2f us | %.2f us | %s |\n",
-            f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11]
-        if (f[3] == "direct") { d[f[2]] += f[4]; nd[f[2]]++ }
-        if (f[3] == "proxied") { p[f[2]] += f[4]; npx[f[2]]++ }
+            who(f[2], f[12]), f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11]
+        k = f[2] SUBSEP f[12]
+        if (f[3] == "direct") { d[k] += f[4]; nd[k]++ }
+        if (f[3] == "proxied") { p[k] += f[4]; npx[k]++; ps[k] += f[7]; pv[k] += f[8] }
+        if (f[3] ~ /^worker-uds-/) uds[f[2], f[3], f[12]] = f[4]
       }
       print ""
-      for (k in d) if (npx[k])
+      for (k in d) if (npx[k]) {
+        split(k, kb, SUBSEP)
         printf "%s: proxied/direct = %.3f (mean of %d runs each: %.0f / %.0f req/s)\n",
-          k, (p[k] / npx[k]) / (d[k] / nd[k]), nd[k], p[k] / npx[k], d[k] / nd[k]
+          who(kb[1], kb[2]), (p[k] / npx[k]) / (d[k] / nd[k]), nd[k], p[k] / npx[k], d[k] / nd[k]
+      }
     }
     if (nm) {
       print ""
@@ -339,7 +411,38 @@ awk -v conns="$conns" -v threads="$threads" '
       print "| --- | ---: | ---: | ---: | ---: | ---: |"
       for (i = 1; i <= nm; i++) {
         split(mem[i], f, " ")
-        printf "| %s | %s | %s | %s | %s | %s |\n", f[2], f[3], f[4], f[5], f[6], f[7]
+        printf "| %s | %s | %s | %s | %s | %s |\n", who(f[2], f[8]), f[3], f[4], f[5], f[6], f[7]
+        pss[f[2], f[8]] = f[4]; cpss[f[2], f[8]] = f[7]
+      }
+    }
+    if (nbuilds < 2) exit
+    print ""
+    printf "corral against the baseline build (%s), side by side in this run (means over --repeat):\n", basebin
+    print ""
+    print "| worker | measure | baseline | corral | corral/baseline |"
+    print "| --- | --- | ---: | ---: | ---: |"
+    nk = split(kindlist, kl, ","); ncs = split(concs, cl, ",")
+    for (ki = 1; ki <= nk; ki++) {
+      w = kl[ki]
+      b = w SUBSEP "baseline"; c = w SUBSEP "corral"
+      if (npx[b] && npx[c]) {
+        row(w, "direct req/s", "%.0f", d[b] / nd[b], d[c] / nd[c])
+        row(w, "proxied req/s", "%.0f", p[b] / npx[b], p[c] / npx[c])
+        row(w, "proxied/direct", "%.3f", (p[b] / npx[b]) / (d[b] / nd[b]), (p[c] / npx[c]) / (d[c] / nd[c]))
+        row(w, "proxied: server CPU/req (us)", "%.2f", ps[b] / npx[b], ps[c] / npx[c])
+        row(w, "proxied: supervisor CPU/req (us)", "%.2f", pv[b] / npx[b], pv[c] / npx[c])
+        for (u = 0; u < 2; u++) {
+          l = u ? "worker-uds-keepalive" : "worker-uds-close"
+          if ((w, l, "baseline") in uds) row(w, l " req/s", "%.0f", uds[w, l, "baseline"], uds[w, l, "corral"])
+        }
+      }
+      for (ci = 1; ci <= ncs; ci++)
+        if ((w, cl[ci]) in conc)
+          row(w, "first request median (ms), concurrency " cl[ci], "%.1f", med[w, cl[ci], "baseline"],
+              med[w, cl[ci], "corral"])
+      if ((w, "baseline") in pss) {
+        row(w, "PSS per idle worker (KiB)", "%d", pss[w, "baseline"], pss[w, "corral"])
+        row(w, "supervisor+server PSS (KiB)", "%d", cpss[w, "baseline"], cpss[w, "corral"])
       }
     }
   }' "$results"

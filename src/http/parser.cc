@@ -12,6 +12,10 @@ RequestParser* self(llhttp_t* p) {
   return static_cast<RequestParser*>(p->data);
 }
 
+bool is_transfer_encoding(std::string_view name) {
+  return name.size() == 17 && iequals(name, "transfer-encoding");
+}
+
 }  // namespace
 
 HeadScanner::Outcome HeadScanner::scan(std::string_view data, const ParserLimits& limits) {
@@ -34,6 +38,8 @@ HeadScanner::Outcome HeadScanner::scan(std::string_view data, const ParserLimits
       if (request_line_) {
         if (line_len == 0) return fail(400, "empty request line");
         if (line_len > limits.max_request_line) return fail(414, "request line too long");
+        if (auto reason = version_error(data.substr(0, i - 1)); !reason.empty())
+          return fail(400, reason);
         request_line_ = false;
       } else if (line_len == 0) {
         pos_ = i + 1;
@@ -53,6 +59,20 @@ HeadScanner::Outcome HeadScanner::scan(std::string_view data, const ParserLimits
     if (request_line_) {
       if (c == '\t') return fail(400, "tab in request line");
       if (i - line_start_ >= limits.max_request_line) return fail(414, "request line too long");
+      // RFC 9112 §3: method SP request-target SP HTTP-version, one SP each. llhttp takes runs of
+      // spaces as one and reads "GET /" as HTTP/0.9; a front end that splits the line otherwise
+      // sees another request.
+      if (c == ' ') {
+        if (i == 0) return fail(400, "whitespace before the method");
+        if (space1_ == 0) {
+          space1_ = i;
+        } else if (space2_ == 0) {
+          if (i == space1_ + 1) return fail(400, "two spaces in request line");
+          space2_ = i;
+        } else {
+          return fail(400, "extra space in request line");
+        }
+      }
     } else if (colon_ == 0) {
       if (c == ':') {
         colon_ = i;
@@ -69,6 +89,17 @@ HeadScanner::Outcome HeadScanner::scan(std::string_view data, const ParserLimits
   return {};
 }
 
+std::string_view HeadScanner::version_error(std::string_view line) const {
+  if (space2_ == 0) return "request line without HTTP-version";  // "GET /" (HTTP/0.9 form)
+  // RFC 9112 §2.3: HTTP-version = "HTTP" "/" DIGIT "." DIGIT, case-sensitive. A well-formed version
+  // passes here; llhttp and check_head answer 505 for one other than 1.0 and 1.1.
+  std::string_view v = line.substr(space2_ + 1);
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  if (v.size() != 8 || v.substr(0, 5) != "HTTP/" || !digit(v[5]) || v[6] != '.' || !digit(v[7]))
+    return "malformed HTTP-version";
+  return {};
+}
+
 RequestParser::RequestParser(const ParserLimits& limits) : limits_(limits) {
   llhttp_settings_init(&settings_);
   settings_.on_method = on_method;
@@ -82,6 +113,7 @@ RequestParser::RequestParser(const ParserLimits& limits) : limits_(limits) {
       // on_header_value stored the value span in the last entry's value, or nothing for "".
       if (list.empty() || list.back().name.data() != s->pending_field_.data())
         s->req_->headers.add(s->pending_field_, {});
+      if (is_transfer_encoding(s->pending_field_)) s->codings_.add_field(list.back().value);
     }
     return 0;
   };
@@ -118,6 +150,25 @@ int RequestParser::on_header_value(llhttp_t* p, const char* at, size_t len) {
   return 0;
 }
 
+void RequestParser::TransferCodings::add_field(std::string_view value) {
+  ++fields;
+  bool any = false;
+  while (!value.empty()) {
+    auto comma = value.find(',');
+    auto coding = trim_ows(value.substr(0, comma));
+    value = comma == std::string_view::npos ? std::string_view{} : value.substr(comma + 1);
+    if (coding.empty()) continue;  // RFC 9110 §5.6.1: empty list elements do not count
+    any = true;
+    chunked_last = iequals(coding, "chunked");
+    if (chunked_last) {
+      ++chunked;
+    } else {
+      unknown = true;
+    }
+  }
+  if (!any) empty_field = true;
+}
+
 bool RequestParser::has_body() const {
   return (parser_.flags & F_CHUNKED) ||
          ((parser_.flags & F_CONTENT_LENGTH) && parser_.content_length);
@@ -133,34 +184,23 @@ int RequestParser::check_head() {
     cb_reason_ = "unsupported HTTP version";
     return -1;
   }
-  if (parser_.flags & F_TRANSFER_ENCODING) {
-    if (parser_.http_minor == 0) {
-      cb_status_ = 400;
-      cb_reason_ = "Transfer-Encoding in an HTTP/1.0 request";
+  if (codings_.fields) {
+    // RFC 9112 §6.1, §6.3: the body of a request with Transfer-Encoding is chunked, exactly once
+    // and last, or its length cannot be known; 400 and close. A coding we do not know is 501.
+    auto refuse = [this](int status, std::string_view reason) {
+      cb_status_ = status;
+      cb_reason_ = reason;
       return -1;
-    }
-    int chunked = 0;
-    for (const auto& h : req.headers) {
-      if (!iequals(h.name, "transfer-encoding")) continue;
-      std::string_view v = h.value;
-      while (!v.empty()) {
-        auto comma = v.find(',');
-        auto token = trim_ows(v.substr(0, comma));
-        v = comma == std::string_view::npos ? std::string_view{} : v.substr(comma + 1);
-        if (token.empty()) continue;
-        if (!iequals(token, "chunked")) {
-          cb_status_ = 501;
-          cb_reason_ = "unsupported transfer coding";
-          return -1;
-        }
-        ++chunked;
-      }
-    }
-    if (chunked != 1) {
-      cb_status_ = 400;
-      cb_reason_ = "invalid Transfer-Encoding";
-      return -1;
-    }
+    };
+    if (parser_.http_minor == 0) return refuse(400, "Transfer-Encoding in an HTTP/1.0 request");
+    if (codings_.empty_field) return refuse(400, "empty Transfer-Encoding");
+    if (codings_.chunked > 1)
+      return refuse(400, "chunked applied more than once in Transfer-Encoding");
+    if (codings_.chunked && !codings_.chunked_last)
+      return refuse(400, "chunked not the final coding in Transfer-Encoding");
+    if (codings_.unknown) return refuse(501, "unsupported transfer coding");
+    // Our reading and llhttp's must agree, or the body would be framed two ways.
+    if (!(parser_.flags & F_CHUNKED)) return refuse(400, "invalid Transfer-Encoding");
     if (parser_.flags & F_CONTENT_LENGTH) {
       cb_status_ = 400;
       cb_reason_ = "Content-Length with Transfer-Encoding";
@@ -246,16 +286,10 @@ RequestParser::Result RequestParser::error_from_llhttp(llhttp_errno_t err, std::
           r.reason = "method not implemented";
         }
       } else if (err == HPE_INVALID_TRANSFER_ENCODING) {
-        for (const auto& h : req_->headers) {
-          if (!iequals(h.name, "transfer-encoding")) continue;
-          auto v = trim_ows(h.value);
-          auto last = v.rfind(',');
-          auto token = trim_ows(last == std::string_view::npos ? v : v.substr(last + 1));
-          if (!iequals(token, "chunked")) {
-            r.status = 501;
-            r.reason = "unsupported transfer coding";
-          }
-        }
+        // llhttp stops at a coding after chunked (in the same field or a later one): chunked
+        // applied twice or not last, 400 either way (RFC 9112 §6.3). A head without chunked
+        // reaches check_head first, which answers it.
+        r.reason = "a coding after chunked in Transfer-Encoding";
       }
   }
   return r;
@@ -302,6 +336,7 @@ void RequestParser::next_request() {
   head_len_ = 0;
   head_done_ = complete_ = expect_continue_ = false;
   chunked_.reset();
+  codings_ = {};
   is_chunked_ = in_chunked_body_ = false;
   cb_status_ = 0;
   cb_reason_ = {};

@@ -3,11 +3,16 @@
 // timers.
 //
 // Why a scan of our own before llhttp: llhttp tolerates some forms RFC 9112 lets a server refuse
-// and that smuggling relies on (bare LF line ends, obs-fold), and it delivers header spans
-// piecemeal when a head arrives in pieces. The scanner refuses those forms with the exact status,
-// enforces the request-line, head-size and header-count limits as bytes arrive (so a slow or huge
-// head is cut at the limit, not buffered), and hands llhttp only complete heads: every view llhttp
-// reports then points into one contiguous buffer and the Request holds views, not copies.
+// and that smuggling relies on (bare LF line ends, obs-fold, runs of spaces in the request line,
+// the versionless HTTP/0.9 form, a malformed HTTP-version it reports as unsupported), and it
+// delivers header spans piecemeal when a head arrives in pieces. The scanner refuses those forms
+// with the exact status, enforces the request-line, head-size and header-count limits as bytes
+// arrive (so a slow or huge head is cut at the limit, not buffered), and hands llhttp only complete
+// heads: every view llhttp reports then points into one contiguous buffer and the Request holds
+// views, not copies.
+//
+// Transfer-Encoding is judged from the fields llhttp completes (TransferCodings below): llhttp
+// lets an empty field through and frames such a body as if the field were absent.
 //
 // A framing error ends the connection: after kError the caller answers `status` and closes; no byte
 // after the error is ever parsed as a request.
@@ -48,10 +53,15 @@ class HeadScanner {
 
  private:
   Outcome fail(int status, std::string_view reason) { return {State::kError, status, reason, 0}; }
+  // Why the complete request line (without CRLF) does not end in a well-formed HTTP-version, or
+  // empty if it does.
+  std::string_view version_error(std::string_view line) const;
   size_t pos_ = 0;         // next byte to look at
   size_t line_start_ = 0;  // start of the current line
   size_t colon_ = 0;       // position of the current header line's colon, 0 if none yet
   size_t headers_ = 0;
+  size_t space1_ = 0;  // the request line's first and second SP, 0 until seen (never at 0)
+  size_t space2_ = 0;
   bool request_line_ = true;
 };
 
@@ -101,6 +111,18 @@ class RequestParser {
   Result error_from_llhttp(llhttp_errno_t err, std::string_view data);
   int check_head();
 
+  // The codings the head's Transfer-Encoding fields apply, in order, gathered as llhttp completes
+  // each field (so no second walk over the headers). llhttp alone lets an empty field through
+  // (and then frames the body as if there were none).
+  struct TransferCodings {
+    size_t fields = 0;          // Transfer-Encoding fields seen (size_t: never wraps)
+    size_t chunked = 0;         // times chunked is applied
+    bool empty_field = false;   // a field with no coding at all ("", ",")
+    bool chunked_last = false;  // the last coding so far is chunked
+    bool unknown = false;       // a coding other than chunked
+    void add_field(std::string_view value);
+  };
+
   ParserLimits limits_;
   llhttp_settings_t settings_;
   llhttp_t parser_;
@@ -111,6 +133,7 @@ class RequestParser {
   // Chunked bodies are decoded by ChunkedDecoder, not llhttp (see chunked.h): llhttp is told the
   // message has no body and pauses after the head.
   ChunkedDecoder chunked_;
+  TransferCodings codings_;
   bool is_chunked_ = false;
   bool in_chunked_body_ = false;
   size_t head_len_ = 0;

@@ -598,9 +598,70 @@ std::vector<Refusal> refusals() {
       {"lowercase method", "get / HTTP/1.1\r\nHost: h\r\n\r\n", 501},
       {"garbage method", "G(T / HTTP/1.1\r\nHost: h\r\n\r\n", 400},
       {"target not rooted", "GET a:b HTTP/1.1\r\nHost: h\r\n\r\n", 400},
+      // RFC 9112 §3: method SP request-target SP HTTP-version CRLF, nothing else.
+      {"two spaces after method", "GET  / HTTP/1.1\r\nHost: h\r\n\r\n", 400},
+      {"two spaces before version", "GET /  HTTP/1.1\r\nHost: h\r\n\r\n", 400},
+      {"trailing space", "GET / HTTP/1.1 \r\nHost: h\r\n\r\n", 400},
+      {"leading space", " GET / HTTP/1.1\r\nHost: h\r\n\r\n", 400},
+      {"tab before version", "GET /\tHTTP/1.1\r\nHost: h\r\n\r\n", 400},
+      {"trailing tab", "GET / HTTP/1.1\t\r\nHost: h\r\n\r\n", 400},
+      {"no version HTTP 0.9 form", "GET /\r\nHost: h\r\n\r\n", 400},
+      {"method alone", "GET\r\nHost: h\r\n\r\n", 400},
+      {"empty version", "GET / \r\nHost: h\r\n\r\n", 400},
+      {"fourth element", "GET / HTTP/1.1 x\r\nHost: h\r\n\r\n", 400},
+      {"space in target", "GET /a b HTTP/1.1\r\nHost: h\r\n\r\n", 400},
+      // RFC 9112 §2.3: HTTP-version = "HTTP/" DIGIT "." DIGIT; anything else is 400, not 505.
+      {"version two minor digits", "GET / HTTP/1.10\r\nHost: h\r\n\r\n", 400},
+      {"version two major digits", "GET / HTTP/01.1\r\nHost: h\r\n\r\n", 400},
+      {"version lowercase", "GET / http/1.1\r\nHost: h\r\n\r\n", 400},
+      {"version without minor", "GET / HTTP/1\r\nHost: h\r\n\r\n", 400},
+      {"version without minor digit", "GET / HTTP/1.\r\nHost: h\r\n\r\n", 400},
+      {"version without dot", "GET / HTTP/11\r\nHost: h\r\n\r\n", 400},
+      {"version letter", "GET / HTTP/1.x\r\nHost: h\r\n\r\n", 400},
+      {"version other protocol", "GET / HTTPS/1.1\r\nHost: h\r\n\r\n", 400},
+      {"version suffix", "GET / HTTP/1.1x\r\nHost: h\r\n\r\n", 400},
       {"HTTP/2.0", "GET / HTTP/2.0\r\nHost: h\r\n\r\n", 505},
       {"HTTP/1.2", "GET / HTTP/1.2\r\nHost: h\r\n\r\n", 505},
       {"HTTP/3.0", "GET / HTTP/3.0\r\nHost: h\r\n\r\n", 505},
+      {"HTTP/3.1", "GET / HTTP/3.1\r\nHost: h\r\n\r\n", 505},
+      {"HTTP/0.9", "GET / HTTP/0.9\r\nHost: h\r\n\r\n", 505},
+      {"HTTP/9.9", "GET / HTTP/9.9\r\nHost: h\r\n\r\n", 505},
+      // RFC 9112 §6.1, §6.3: a Transfer-Encoding the body length cannot be read from.
+      {"empty Transfer-Encoding", "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding:\r\n\r\n", 400},
+      {"blank Transfer-Encoding", "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding:  \t\r\n\r\n",
+       400},
+      {"Transfer-Encoding of commas",
+       "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: , ,\r\n\r\n", 400},
+      {"empty Transfer-Encoding with Content-Length",
+       "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding:\r\nContent-Length: 3\r\n\r\nabc", 400},
+      {"empty Transfer-Encoding after chunked",
+       "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding:\r\n\r\n"
+       "0\r\n\r\n",
+       400},
+      {"empty Transfer-Encoding before chunked",
+       "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding:\r\nTransfer-Encoding: chunked\r\n\r\n"
+       "0\r\n\r\n",
+       400},
+      {"chunked in two fields",
+       "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n"
+       "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+       400},
+      {"chunked twice after another coding",
+       "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n"
+       "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+       400},
+      {"chunked twice with other fields between",
+       "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nHost: h\r\n"
+       "transfer-encoding: CHUNKED\r\n\r\n0\r\n\r\n",
+       400},
+      {"chunked not last across fields",
+       "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: "
+       "gzip\r\n\r\n",
+       400},
+      {"Content-Length over the limit, head only",
+       "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 17\r\n\r\n", 413},
+      {"Content-Length far over the limit",
+       "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 99999999999\r\n\r\n", 413},
       {"request line too long", "GET /" + std::string(100, 'a') + " HTTP/1.1\r\nHost: h\r\n\r\n",
        414},
       {"head too large", "GET / HTTP/1.1\r\nHost: h\r\nX: " + std::string(300, 'x') + "\r\n\r\n",
@@ -630,6 +691,18 @@ TEST_P(ParserRefusal, WholeAndBytewise) {
   EXPECT_TRUE(b.requests.empty()) << c.name;
 }
 
+// The same refusal after a good request on the same connection: the first is served, nothing of
+// the second is.
+TEST_P(ParserRefusal, AfterAKeepAliveRequest) {
+  const Refusal& c = GetParam();
+  const std::string in = std::string(kSimpleGet) + c.in;
+  for (Feed run : {whole(in, small_limits()), bytewise(in, small_limits())}) {
+    EXPECT_EQ(run.error_status, c.status) << c.name << "\n" << run.describe();
+    ASSERT_EQ(run.requests.size(), 1u) << c.name << "\n" << run.describe();
+    EXPECT_EQ(run.requests[0].target, "/index.html?x=1") << c.name;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(All, ParserRefusal, ::testing::ValuesIn(refusals()),
                          [](const ::testing::TestParamInfo<Refusal>& info) {
                            std::string name;
@@ -637,6 +710,69 @@ INSTANTIATE_TEST_SUITE_P(All, ParserRefusal, ::testing::ValuesIn(refusals()),
                              name += std::isalnum(static_cast<unsigned char>(*p)) ? *p : '_';
                            return name;
                          });
+
+// A request line with stray whitespace is refused at the byte that breaks it, before the head
+// ends; a version only once the line ends. Either way before any header is read.
+TEST(ParserRequest, RequestLineRefusedBeforeTheHeadEnds) {
+  for (std::string in : {"GET  ", "GET /  ", "GET / HTTP/1.1 ", " ", "GET / HTTP/1.10\r\n",
+                         "GET /\r\n", "GET / http/1.1\r\nHost: h"}) {
+    RequestParser parser({});
+    Request req;
+    auto r = parser.feed(in, req);
+    EXPECT_EQ(r.kind, Kind::kError) << in;
+    EXPECT_EQ(r.status, 400) << in;
+    EXPECT_FALSE(r.reason.empty()) << in;
+  }
+}
+
+TEST(ParserRequest, WellFormedRequestLinesParse) {
+  Feed run = both(
+      "GET / HTTP/1.1\r\nHost: h\r\n\r\n"
+      "OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n"
+      "CONNECT h:443 HTTP/1.1\r\nHost: h:443\r\n\r\n"
+      "GET /a?b=c%20d HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"
+      "GET /last HTTP/1.0\r\n\r\n");
+  ASSERT_EQ(run.error_status, 0) << run.describe();
+  ASSERT_EQ(run.requests.size(), 5u) << run.describe();
+  EXPECT_EQ(run.requests[2].target, "h:443");
+  EXPECT_EQ(run.requests[3].minor, 0);
+}
+
+// RFC 9110 §5.6.1: empty list elements are ignored, so these apply chunked once and last.
+TEST(ParserRequest, ChunkedWithEmptyListElementsParses) {
+  for (std::string te : {", chunked", "chunked ,", " ,chunked", "Chunked"}) {
+    std::string in =
+        "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding:" + te + "\r\n\r\n3\r\nabc\r\n0\r\n\r\n";
+    Feed run = both(in);
+    if (te == "chunked ,") {
+      // llhttp stops at anything after chunked in the same field, even an empty element: still a
+      // 400, never a body framed otherwise.
+      EXPECT_EQ(run.error_status, 400) << te;
+      continue;
+    }
+    ASSERT_EQ(run.error_status, 0) << te << "\n" << run.describe();
+    ASSERT_EQ(run.requests.size(), 1u) << te;
+    EXPECT_EQ(run.requests[0].body, "abc") << te;
+  }
+}
+
+// 413 comes with the head: the parser never waits for a body it would refuse.
+TEST(ParserRequest, ContentLengthOverTheLimitRefusedAtTheHead) {
+  ParserLimits l = small_limits();
+  RequestParser parser(l);
+  Request req;
+  auto r = parser.feed("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 17\r\n\r\n", req);
+  EXPECT_EQ(r.kind, Kind::kError);
+  EXPECT_EQ(r.status, 413);
+  EXPECT_FALSE(parser.expects_continue());
+  // With Expect: 100-continue too: no 100 is due for a body that would be refused.
+  RequestParser p2(l);
+  Request req2;
+  r = p2.feed("PUT / HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 17\r\n\r\n",
+              req2);
+  EXPECT_EQ(r.kind, Kind::kError);
+  EXPECT_EQ(r.status, 413);
+}
 
 TEST(ParserRequest, ErrorStopsThePipeline) {
   // Nothing after a framing error is parsed: the second request must not appear.

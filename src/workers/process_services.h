@@ -13,7 +13,7 @@
 #include "core/event_loop.h"
 #include "core/timer_wheel.h"
 #include "core/unique_fd.h"
-#include "http/proxy.h"
+#include "proxy/proxy.h"
 #include "workers/proxy_routes.h"
 #include "workers/resolver.h"
 
@@ -30,14 +30,14 @@ class ProcessServices {
   ProcessServices& operator=(const ProcessServices&) = delete;
 
   LinkResolver& resolver() { return resolver_; }
-  http::UpstreamPool& pool() { return pool_; }
+  proxy::UpstreamPool& pool() { return pool_; }
 
  private:
   void send_report();
 
   std::shared_ptr<ResolverSlot> slot_;
   LinkResolver resolver_;
-  http::UpstreamPool pool_;
+  proxy::UpstreamPool pool_;
   core::Timer report_;
 };
 

@@ -64,7 +64,7 @@ void add_proxy_routes(http::SiteBuilder& site, const std::vector<KindConfig>& ki
               auto h = ws::check_handshake(req, {});
               if (h.status) return ws::refusal(h);
             }
-            http::ProxyOptions options;
+            proxy::ProxyOptions options;
             options.pool = slot->pool;
             options.target = "/" + req.wildcard;
             if (!req.query.empty()) options.target.append("?").append(req.query);
@@ -75,9 +75,9 @@ void add_proxy_routes(http::SiteBuilder& site, const std::vector<KindConfig>& ki
             // The worker sees the part of the path the route's '*' matched ("/doc/42/edit" with
             // "/doc/{id}/*" -> "/edit"), with the query: its routes are relative to its address.
             LinkResolver* resolver = slot->resolver;
-            return http::proxy_found(
+            return proxy::proxy_found(
                 req,
-                [resolver, address](http::UpstreamAnswer answer, bool again) {
+                [resolver, address](proxy::UpstreamAnswer answer, bool again) {
                   // Again: the socket it gave last time did not answer (a stale cached path to a
                   // stopped worker, or one that went away): ask the supervisor, not the cache.
                   resolver->resolve(address, std::move(answer), again);

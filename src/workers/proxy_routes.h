@@ -1,7 +1,7 @@
 // The routes in each server process that proxy a worker kind's paths to the address's worker:
 // for every kind's route pattern, any method; the address is "<kind>:<param>[:<param>...]" (the
 // pattern's parameters, percent-decoded by the router). The worker socket comes from the
-// process's LinkResolver, the connection from its upstream pool (http/proxy.h). A kind's
+// process's LinkResolver, the connection from its upstream pool (proxy/proxy.h). A kind's
 // authorize hook decides here, where the request's principal is known.
 //
 // Lifetime: the routes are built into the site before the fork and hold the ResolverSlot; each
@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "core/log.h"
-#include "http/proxy.h"
 #include "http/request.h"
 #include "http/site.h"
+#include "proxy/proxy.h"
 #include "workers/manager.h"
 #include "workers/resolver.h"
 
@@ -24,7 +24,7 @@ namespace corral::workers {
 // members answer 503 "workers are not available".
 struct ResolverSlot {
   LinkResolver* resolver = nullptr;
-  http::UpstreamPool* pool = nullptr;  // keep-alive connections to this process's workers
+  proxy::UpstreamPool* pool = nullptr;  // keep-alive connections to this process's workers
 };
 
 // Routes for every kind's patterns (KindConfig::routes). Each route keeps its kind's authorize

@@ -2,10 +2,12 @@
 
 `server(...)` starts `corral_testsite` (or `corral` with binary="corral") with --listen 127.0.0.1:0,
 reads the bound address from the "listening address=..." log line and yields a Server handle.
-Every process is stopped (SIGTERM, then SIGKILL) when the test ends.
+Every process is stopped (SIGTERM, then SIGKILL) when the test ends. The helpers that are not
+fixtures (raw HTTP reads, polling, the control socket) live in corral_test_util.py.
 """
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -14,7 +16,11 @@ import time
 
 import pytest
 
-CORRAL_BIN = os.environ.get("CORRAL_BIN", "build/debug/corral")
+from corral_test_util import CORRAL_BIN, poll, read_response, recv_all
+
+# The helpers most tests took from here before corral_test_util.py held them: still importable.
+__all__ = ["CORRAL_BIN", "CORRAL_TESTSITE", "Server", "start_server", "poll", "read_response",
+           "recv_all"]
 CORRAL_TESTSITE = os.environ.get("CORRAL_TESTSITE", "build/debug/corral_testsite")
 
 
@@ -118,6 +124,15 @@ def server_factory(tmp_path):
 
 
 @pytest.fixture
+def no_core_dumps():
+    """For a test that aborts processes on purpose: no core files in the working tree."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, hard))
+    yield
+    resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
+
+
+@pytest.fixture
 def site(server_factory, tmp_path):
     """The test site with a static root holding a few files."""
     root = tmp_path / "www"
@@ -129,73 +144,3 @@ def site(server_factory, tmp_path):
     sub.mkdir()
     (sub / "index.html").write_text("<p>sub index</p>\n")
     return server_factory("--root", str(root))
-
-
-def recv_all(sock, timeout=5.0):
-    """Reads until the peer closes (or timeout); returns the bytes."""
-    sock.settimeout(timeout)
-    chunks = []
-    try:
-        while True:
-            b = sock.recv(65536)
-            if not b:
-                break
-            chunks.append(b)
-    except (socket.timeout, ConnectionResetError):
-        pass
-    return b"".join(chunks)
-
-
-def read_response(sock, timeout=5.0):
-    """Reads one HTTP/1.1 response with Content-Length or chunked framing.
-    Returns (status, headers dict lowercased, body bytes, leftover bytes)."""
-    sock.settimeout(timeout)
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        b = sock.recv(65536)
-        if not b:
-            raise ConnectionError(f"closed before a full head: {buf!r}")
-        buf += b
-    head, _, rest = buf.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split(" ")[1])
-    headers = {}
-    for line in lines[1:]:
-        k, _, v = line.partition(":")
-        headers[k.strip().lower()] = v.strip()
-    if "content-length" in headers:
-        n = int(headers["content-length"])
-        while len(rest) < n:
-            b = sock.recv(65536)
-            if not b:
-                raise ConnectionError("closed inside a body")
-            rest += b
-        return status, headers, rest[:n], rest[n:]
-    if headers.get("transfer-encoding") == "chunked":
-        body = b""
-        while True:
-            while b"\r\n" not in rest:
-                rest += sock.recv(65536)
-            size_line, _, rest = rest.partition(b"\r\n")
-            size = int(size_line, 16)
-            while len(rest) < size + 2:
-                rest += sock.recv(65536)
-            body += rest[:size]
-            rest = rest[size + 2:]
-            if size == 0:
-                return status, headers, body, rest
-    return status, headers, b"", rest
-
-
-def poll(fn, timeout, what="condition", detail=None, interval=0.02):
-    """Calls fn() until it returns something truthy; returns it. Fails after `timeout` seconds,
-    with detail() (the state, the log) in the message."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}"
-                                 + (f"\n{detail()}" if detail else ""))
-        time.sleep(interval)

@@ -6,35 +6,16 @@ when every request's response head (":status: 200") and the `Corral-Process` hea
 """
 import concurrent.futures
 import json
-import os
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 
-from conftest import CORRAL_BIN, start_server
+from conftest import CORRAL_BIN
+from corral_test_util import free_port
 
 GTLSCLIENT = shutil.which("gtlsclient") or "/usr/bin/gtlsclient"
-
-
-def free_port():
-    """A port free for both TCP and UDP on 127.0.0.1."""
-    for _ in range(50):
-        t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        t.bind(("127.0.0.1", 0))
-        port = t.getsockname()[1]
-        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            u.bind(("127.0.0.1", port))
-            return port
-        except OSError:
-            continue
-        finally:
-            u.close()
-            t.close()
-    raise RuntimeError("no free TCP+UDP port")
 
 
 def h3_config(port, steering="forward", retry="off", extra="", state_dir=None):

@@ -21,10 +21,7 @@ import random
 import socket
 import threading
 
-import pytest
-
-from conftest import CORRAL_BIN
-from test_addresses import CPP_WORKER, Corral, pct, wire_encode
+from test_addresses import pct, start_counter, wire_encode
 
 REQUESTS = 10_000
 POOL = 40
@@ -112,15 +109,7 @@ def ws_fuzz(host, port, stop, rng, stats):
 
 
 def test_random_addresses_and_ws_frames_while_a_client_is_served(server_factory, tmp_path):
-    if not os.access(CPP_WORKER, os.X_OK):
-        pytest.skip(f"{CPP_WORKER} is not built")
-    state = tmp_path / "state"
-    config = ("[workers.counter]\n"
-              f"command = [{json.dumps(CPP_WORKER)}]\n"
-              'routes = ["/counter/{id}/*"]\n'
-              'idle = "60s"\n')
-    c = Corral(server_factory("--state-dir", str(state), binary=CORRAL_BIN, config=config),
-               str(state))
+    c = start_counter(server_factory, tmp_path, 'idle = "60s"\n')
     rng = random.Random(0xC0FFEE)
     pool = []
     while len(pool) < POOL:

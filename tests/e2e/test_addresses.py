@@ -20,12 +20,11 @@ What is checked, on the real binary:
 import http.client
 import json
 import os
-import subprocess
-import time
 
 import pytest
 
-from conftest import CORRAL_BIN, poll
+from conftest import CORRAL_BIN
+from corral_test_util import ctl, ctl_json, poll, wait_control_socket
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CPP_WORKER = os.environ.get(
@@ -68,13 +67,11 @@ def pct(b):
     return "".join(f"%{x:02X}" for x in b)
 
 
-
-
 class Corral:
     def __init__(self, srv, state_dir):
         self.srv = srv
         self.state_dir = state_dir
-        poll(lambda: os.path.exists(os.path.join(state_dir, "control.sock")), 10, "control socket")
+        wait_control_socket(state_dir, 10, what="control socket")
         self.supervisor = srv.proc.pid
         self.server_pids = self.processes()
 
@@ -88,18 +85,13 @@ class Corral:
             c.close()
 
     def ctl(self, *args):
-        return subprocess.run([CORRAL_BIN, "ctl", *args, "--state-dir", self.state_dir],
-                              capture_output=True, text=True, timeout=10)
+        return ctl(self.state_dir, *args)
 
     def processes(self):
-        r = self.ctl("processes")
-        assert r.returncode == 0, r.stdout + r.stderr
-        return sorted(p["pid"] for p in json.loads(r.stdout)["processes"])
+        return sorted(p["pid"] for p in ctl_json(self.state_dir, "processes")["processes"])
 
     def workers(self):
-        r = self.ctl("workers")
-        assert r.returncode == 0, r.stdout + r.stderr
-        return json.loads(r.stdout)
+        return ctl_json(self.state_dir, "workers")
 
     def assert_nothing_died(self):
         assert self.srv.proc.poll() is None, self.srv.log()[-3000:]
@@ -110,16 +102,22 @@ class Corral:
             assert bad not in log, log[-3000:]
 
 
-@pytest.fixture
-def counter(server_factory, tmp_path):
+def start_counter(server_factory, tmp_path, extra=""):
+    """corral with the C++ example worker as kind `counter` on /counter/{id}/* (`extra`: more
+    lines of its [workers.counter] table); skips when the worker is not built."""
     if not os.access(CPP_WORKER, os.X_OK):
         pytest.skip(f"{CPP_WORKER} is not built")
     state = tmp_path / "state"
     config = ("[workers.counter]\n"
               f"command = [{json.dumps(CPP_WORKER)}]\n"
-              'routes = ["/counter/{id}/*"]\n')
+              'routes = ["/counter/{id}/*"]\n' + extra)
     srv = server_factory("--state-dir", str(state), binary=CORRAL_BIN, config=config)
     return Corral(srv, str(state))
+
+
+@pytest.fixture
+def counter(server_factory, tmp_path):
+    return start_counter(server_factory, tmp_path)
 
 
 def test_default_service_survives_addresses_that_are_not_utf8(server_factory, tmp_path):

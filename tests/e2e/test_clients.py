@@ -13,65 +13,7 @@ import time
 
 import requests
 
-from conftest import read_response
-
-
-
-
-class _Prefixed:
-    """A socket whose next reads return `prefix` first: lets read_response continue after the
-    leftover bytes of the previous response (pipelining)."""
-
-    def __init__(self, sock, prefix=b""):
-        self.sock = sock
-        self.prefix = prefix
-
-    def settimeout(self, t):
-        self.sock.settimeout(t)
-
-    def recv(self, n):
-        if self.prefix:
-            out, self.prefix = self.prefix[:n], self.prefix[n:]
-            return out
-        return self.sock.recv(n)
-
-
-def read_responses(sock, count, timeout=5.0):
-    """Reads `count` responses in a row from `sock`; returns [(status, headers, body)], leftover."""
-    out = []
-    left = b""
-    for _ in range(count):
-        status, headers, body, left = read_response(_Prefixed(sock, left), timeout=timeout)
-        out.append((status, headers, body))
-    return out, left
-
-
-def read_head(sock, buf=b"", timeout=5.0):
-    """Reads one response head (no body); returns (status line, headers dict, leftover)."""
-    sock.settimeout(timeout)
-    while b"\r\n\r\n" not in buf:
-        b = sock.recv(65536)
-        if not b:
-            raise ConnectionError(f"closed before a full head: {buf!r}")
-        buf += b
-    head, _, rest = buf.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    headers = {}
-    for line in lines[1:]:
-        k, _, v = line.partition(":")
-        headers[k.strip().lower()] = v.strip()
-    return lines[0], headers, rest
-
-
-def read_to_eof(sock, timeout=5.0):
-    """Reads until the server closes; fails (socket.timeout) if it does not within `timeout`."""
-    sock.settimeout(timeout)
-    chunks = []
-    while True:
-        b = sock.recv(65536)
-        if not b:
-            return b"".join(chunks)
-        chunks.append(b)
+from corral_test_util import Prefixed, read_head, read_response, read_responses, read_to_eof
 
 
 def curl(*args, timeout=20):
@@ -148,7 +90,7 @@ def test_pipelined_mixed_methods_and_bodies(site):
         (200, b"3"), (200, b"hello"), (200, b"ping"), (200, b'{"id":"9"}')]
     assert responses[2][1]["content-type"] == "text/x"
     assert responses[3][1].get("connection") == "close"
-    assert read_to_eof(s) == b""
+    assert read_to_eof(s, reset_ok=False) == b""
     s.close()
 
 
@@ -211,7 +153,7 @@ def test_expect_100_continue_ignored_for_http10(site):
     early = s.recv(65536) if ready else b""
     assert b"100 Continue" not in early, early
     s.sendall(b"abc")
-    data = early + read_to_eof(s)
+    data = early + read_to_eof(s, reset_ok=False)
     assert data.startswith(b"HTTP/1.0 200 "), data[:80]
     assert data.endswith(b"\r\n\r\n3")
     s.close()
@@ -245,7 +187,7 @@ def test_expect_100_continue_curl_large_upload(site, tmp_path):
 def test_http10_closes_by_default(site):
     s = site.connect()
     s.sendall(b"GET /hello HTTP/1.0\r\nHost: localhost\r\n\r\n")
-    data = read_to_eof(s)
+    data = read_to_eof(s, reset_ok=False)
     head, _, body = data.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.0 200 ")
     assert body == b"hello"
@@ -262,7 +204,7 @@ def test_http10_keep_alive_requested(site):
     assert headers["content-length"] == "5"
     # Still open: a second request on it is answered.
     s.sendall(b"GET /users/3 HTTP/1.0\r\nHost: localhost\r\nConnection: keep-alive\r\n\r\n")
-    status, _, body, _ = read_response(_Prefixed(s, left[5:]))
+    status, _, body, _ = read_response(Prefixed(s, left[5:]))
     assert left[:5] == b"hello"
     assert (status, body) == (200, b'{"id":"3"}')
     s.close()
@@ -271,7 +213,7 @@ def test_http10_keep_alive_requested(site):
 def test_http10_stream_is_close_delimited(site):
     s = site.connect()
     s.sendall(b"GET /stream HTTP/1.0\r\nHost: localhost\r\nConnection: keep-alive\r\n\r\n")
-    data = read_to_eof(s)
+    data = read_to_eof(s, reset_ok=False)
     head, _, body = data.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.0 200")
     assert b"transfer-encoding" not in head.lower()
@@ -292,7 +234,7 @@ def test_head_from_get_route_has_length_and_no_body(site):
     assert status_line == "HTTP/1.1 200 OK"
     assert headers["content-length"] == "5"
     assert headers["content-type"].startswith("text/plain")
-    status, _, body, _ = read_response(_Prefixed(s, left))
+    status, _, body, _ = read_response(Prefixed(s, left))
     assert (status, body) == (200, b'{"id":"5"}')
     s.close()
 

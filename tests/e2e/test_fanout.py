@@ -20,7 +20,6 @@ deadline; the only fixed pauses are the test's own schedule (a kill every second
 import json
 import os
 import re
-import resource
 import select
 import shutil
 import signal
@@ -32,6 +31,7 @@ import time
 import pytest
 
 from conftest import CORRAL_BIN
+from corral_test_util import control_get, ctl, http_get, poll, read_until_close
 
 EX_CONFIG = 78
 ALLOWED_CPUS = sorted(os.sched_getaffinity(0))
@@ -39,20 +39,6 @@ WRK_CONNECTIONS = 32
 
 
 # --- helpers ------------------------------------------------------------------------------------
-
-
-def poll(fn, timeout, interval=0.02, what="condition", detail=None):
-    """Calls fn() until it returns something truthy; returns it. Fails after `timeout` seconds,
-    with detail() (the state, the log) in the message."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}"
-                                 + (f"\n{detail()}" if detail else ""))
-        time.sleep(interval)
 
 
 class Fanout:
@@ -64,34 +50,14 @@ class Fanout:
 
     def ctl(self):
         """The supervisor's state as `corral ctl processes` prints it, or None if it did not answer."""
-        r = subprocess.run([CORRAL_BIN, "ctl", "processes", "--state-dir", self.state_dir],
-                           capture_output=True, text=True, timeout=5)
+        r = ctl(self.state_dir, "processes", timeout=5)
         if r.returncode != 0:
             return None
         return json.loads(r.stdout)
 
     def state(self):
-        """The same JSON straight from the control socket (what `corral ctl processes` asks):
-        polling loops use this, as starting a process per poll costs 10 ms idle and up to
-        seconds on a loaded CI machine."""
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                s.settimeout(5)
-                s.connect(os.path.join(self.state_dir, "control.sock"))
-                s.sendall(b"GET /processes HTTP/1.1\r\nHost: localhost\r\n"
-                          b"Connection: close\r\n\r\n")
-                data = b""
-                while True:
-                    b = s.recv(65536)
-                    if not b:
-                        break
-                    data += b
-        except OSError:
-            return None
-        head, _, body = data.partition(b"\r\n\r\n")
-        if not head.startswith(b"HTTP/1.1 200 "):
-            return None
-        return json.loads(body)
+        """The same JSON straight from the control socket (what `corral ctl processes` asks)."""
+        return control_get(self.state_dir, "/processes")
 
     def slots(self):
         st = self.state()
@@ -220,16 +186,7 @@ def wrk_runs():
 
 def get(srv, path="/hello", timeout=3.0):
     """One request on a fresh connection; returns (status, body)."""
-    with socket.create_connection((srv.host, srv.port), timeout=timeout) as s:
-        s.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode())
-        data = b""
-        while True:
-            b = s.recv(65536)
-            if not b:
-                break
-            data += b
-    head, _, body = data.partition(b"\r\n\r\n")
-    return int(head.split(b" ")[1]), body
+    return http_get(srv.host, srv.port, path, timeout)
 
 
 def signal_deaths(log):
@@ -382,19 +339,6 @@ def test_sighup_with_broken_config_keeps_serving(fanout):
 # --- stopping -----------------------------------------------------------------------------------
 
 
-def read_until_eof(sock, timeout):
-    sock.settimeout(timeout)
-    data = b""
-    while True:
-        try:
-            b = sock.recv(65536)
-        except ConnectionResetError:
-            return data, "reset"
-        if not b:
-            return data, "eof"
-        data += b
-
-
 def start_stream(srv):
     s = socket.create_connection((srv.host, srv.port), timeout=5)
     s.sendall(b"GET /stream HTTP/1.1\r\nHost: localhost\r\n\r\n")
@@ -412,7 +356,7 @@ def test_sigterm_finishes_running_request_then_exits_0(fanout):
     sock, buf = start_stream(fo.srv)
     t0 = time.monotonic()
     fo.srv.signal(signal.SIGTERM)
-    rest, how = read_until_eof(sock, timeout=5)
+    rest, how = read_until_close(sock, timeout=5)
     sock.close()
     data = buf + rest
     assert how == "eof"
@@ -441,7 +385,8 @@ def test_second_sigterm_kills_at_once(fanout):
     fo.srv.wait_log(r"info terminate processes=2")
     fo.srv.signal(signal.SIGTERM)
     assert fo.srv.wait_exit(timeout=3) == 0
-    rest, _ = read_until_eof(sock, timeout=3)
+    rest, how = read_until_close(sock, timeout=3)
+    assert how != "timeout", rest
     sock.close()
     # The stream was cut (SIGKILL), not finished: no chunked terminator, not all ten ticks.
     assert not (buf + rest).endswith(b"0\r\n\r\n") and b"tick 9" not in buf + rest
@@ -485,15 +430,6 @@ def test_child_exiting_0_is_not_respawned(fanout):
 
 
 # --- crash loop ---------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def no_core_dumps():
-    """The crash-loop test aborts a process a dozen times: no core files in the working tree."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
-    resource.setrlimit(resource.RLIMIT_CORE, (0, hard))
-    yield
-    resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
 
 
 def test_crash_at_start_backs_off_and_shows_in_state(fanout, no_core_dumps):

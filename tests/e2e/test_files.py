@@ -13,7 +13,8 @@ import subprocess
 import pytest
 import requests
 
-from conftest import CORRAL_BIN, read_response, recv_all
+from conftest import CORRAL_BIN
+from corral_test_util import Prefixed, parse_head, read_response, read_responses, recv_all
 
 
 
@@ -30,13 +31,8 @@ def raw_get(srv, target, method="GET", extra=b""):
     finally:
         s.close()
     head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split(" ")[1])
-    headers = {}
-    for line in lines[1:]:
-        k, _, v = line.partition(":")
-        headers[k.strip().lower()] = v.strip()
-    return status, headers, body
+    status_line, headers = parse_head(head)
+    return int(status_line.split(" ")[1]), headers, body
 
 
 def get(srv, path, **headers):
@@ -230,23 +226,7 @@ def test_pipelined_files_and_routes_in_order(site, tmp_path):
               b"GET /slow?ms=100 HTTP/1.1\r\n" + h + b"\r\n"
               b"GET /download/hello.txt HTTP/1.1\r\n" + h + b"Range: bytes=0-4\r\n\r\n"
               b"GET /users/2 HTTP/1.1\r\n" + h + b"\r\n")
-    got = []
-    left = b""
-    for _ in range(6):
-        class Pre:
-            def __init__(self, p):
-                self.p = p
-
-            def settimeout(self, t):
-                s.settimeout(t)
-
-            def recv(self, n):
-                if self.p:
-                    out, self.p = self.p[:n], self.p[n:]
-                    return out
-                return s.recv(n)
-        status, headers, body, left = read_response(Pre(left))
-        got.append((status, headers, body))
+    got, left = read_responses(s, 6)
     assert got[0][0] == 200 and hashlib.sha256(got[0][2]).digest() == hashlib.sha256(data).digest()
     assert got[1][0:3:2] == (200, b"hello")
     assert got[2][0] == 206
@@ -412,19 +392,7 @@ def test_head_on_file(site):
     assert b"\r\nContent-Length: 1048576" in head
     assert b"\r\nETag: " in head and b"\r\nLast-Modified: " in head
     # The next bytes are the GET's response, not file data.
-    class Pre:
-        def __init__(self):
-            self.p = rest
-
-        def settimeout(self, t):
-            s.settimeout(t)
-
-        def recv(self, n):
-            if self.p:
-                out, self.p = self.p[:n], self.p[n:]
-                return out
-            return s.recv(n)
-    status, _, body, _ = read_response(Pre())
+    status, _, body, _ = read_response(Prefixed(s, rest))
     assert (status, body) == (200, b"hello file\n")
     s.close()
 

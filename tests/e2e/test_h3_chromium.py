@@ -7,7 +7,6 @@ body, which --dump-dom prints: it must say h3.
 """
 import base64
 import hashlib
-import os
 import shutil
 import subprocess
 import tempfile
@@ -15,7 +14,7 @@ import tempfile
 import pytest
 
 from conftest import CORRAL_BIN
-from h3util import free_port
+from corral_test_util import free_port
 
 CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium missing")

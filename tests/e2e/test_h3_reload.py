@@ -22,7 +22,8 @@ import time
 import pytest
 
 from conftest import CORRAL_BIN
-from h3util import GTLSCLIENT, free_port, h3_fetch, run_clients
+from corral_test_util import free_port, poll
+from h3util import GTLSCLIENT, h3_fetch, run_clients
 
 pytestmark = pytest.mark.skipif(not os.path.exists(GTLSCLIENT), reason="gtlsclient missing")
 
@@ -73,15 +74,12 @@ def reload(srv, generation):
     """SIGHUP; waits until every slot's new process has its HTTP/3 endpoint running."""
     srv.signal(signal.SIGHUP)
     srv.wait_log(rf"reload generation={generation}", timeout=10)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
+
+    def started():
         log = srv.log()
         since = log[log.index(f"reload generation={generation}"):]
-        started = re.findall(r"quic_listening slot=(\d+)", since)
-        if len(set(started)) == PROCESSES:
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"generation {generation} did not start:\n{srv.log()[-3000:]}")
+        return len(set(re.findall(r"quic_listening slot=(\d+)", since))) == PROCESSES
+    poll(started, 15, f"generation {generation} to start", detail=lambda: srv.log()[-3000:])
 
 
 def generation_pids(srv, generation):
@@ -97,48 +95,73 @@ def forwarded_generation(srv):
     return sum(int(n) for n in re.findall(r"forwarded_generation=(\d+)", srv.log()))
 
 
-@pytest.mark.parametrize("steering", steerings())
-def test_downloads_survive_reload(server_factory, tmp_path, steering):
-    srv = start(server_factory, tmp_path, steering)
-    port = srv.tls_port
+def start_downloads(tmp_path, port, n, *extra):
+    """n gtlsclient downloads of /big.bin; returns [(process, file, log)]."""
     clients = []
-    for i in range(8):
+    for i in range(n):
         d = tmp_path / f"dl{i}"
         d.mkdir()
         log = open(tmp_path / f"client{i}.log", "w")
         p = subprocess.Popen(
-            [GTLSCLIENT, "-q", "--exit-on-all-streams-close", "--timeout=30s",
+            [GTLSCLIENT, "-q", "--exit-on-all-streams-close", "--timeout=30s", *extra,
              f"--download={d}", "127.0.0.1", str(port), f"https://localhost:{port}/big.bin"],
             stdout=log, stderr=subprocess.STDOUT)
         clients.append((p, d / "big.bin", log))
+    return clients
+
+
+def download_sizes(clients):
+    return [f.stat().st_size if f.exists() else 0 for _, f, _ in clients]
+
+
+def wait_downloads(clients, least, timeout=20):
+    """Waits (at most `timeout` s, then goes on) until every download has `least` bytes; returns
+    the sizes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        sizes = download_sizes(clients)
+        if all(s >= least for s in sizes):
+            break
+        time.sleep(0.02)
+    return sizes
+
+
+def stop_downloads(clients):
+    for p, _, log in clients:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        log.close()
+
+
+def check_downloads(srv, tmp_path, clients, steering):
+    """Every download completed (printed with the server's forwarding count, after it stopped)."""
+    sizes = download_sizes(clients)
+    complete = sum(1 for s in sizes if s == BIG)
+    srv.stop()  # every process logs its quic_closed line with its counters
+    print(f"{steering}: {complete}/{len(clients)} downloads complete, sizes {sizes}, "
+          f"forwarded_generation={forwarded_generation(srv)}")
+    if complete != len(clients):
+        bad = sizes.index(next(s for s in sizes if s != BIG))
+        print((tmp_path / f"client{bad}.log").read_text(errors="replace")[-3000:])
+    assert complete == len(clients), sizes
+
+
+@pytest.mark.parametrize("steering", steerings())
+def test_downloads_survive_reload(server_factory, tmp_path, steering):
+    srv = start(server_factory, tmp_path, steering)
+    clients = start_downloads(tmp_path, srv.tls_port, 8)
     try:
         # Reload once every download is under way (a few MiB in, far from done).
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            sizes = [f.stat().st_size if f.exists() else 0 for _, f, _ in clients]
-            if all(s >= 2 << 20 for s in sizes):
-                break
-            time.sleep(0.02)
+        sizes = wait_downloads(clients, 2 << 20)
         print(f"{steering}: at SIGHUP the downloads had {[s >> 20 for s in sizes]} MiB")
         assert all(s < BIG for s in sizes), "downloads too fast to span the reload"
         reload(srv, 2)
         for p, _, _ in clients:
             p.wait(timeout=120)
     finally:
-        for p, _, log in clients:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-            log.close()
-    sizes = [f.stat().st_size if f.exists() else 0 for _, f, _ in clients]
-    complete = sum(1 for s in sizes if s == BIG)
-    srv.stop()  # every process logs its quic_closed line with its counters
-    print(f"{steering}: {complete}/8 downloads complete, sizes {sizes}, "
-          f"forwarded_generation={forwarded_generation(srv)}")
-    if complete != len(clients):
-        bad = sizes.index(next(s for s in sizes if s != BIG))
-        print((tmp_path / f"client{bad}.log").read_text(errors="replace")[-3000:])
-    assert complete == len(clients), sizes
+        stop_downloads(clients)
+    check_downloads(srv, tmp_path, clients, steering)
 
 
 def continuous(port, stop, results, lock):
@@ -199,44 +222,17 @@ def test_downloads_survive_three_reloads(server_factory, tmp_path, steering):
     forwarding pair): the datagrams of generation 1's downloads it read drew stateless resets.
     Small flow-control windows keep the downloads running across the three reloads."""
     srv = start(server_factory, tmp_path, steering)
-    port = srv.tls_port
-    clients = []
-    for i in range(4):
-        d = tmp_path / f"dl{i}"
-        d.mkdir()
-        log = open(tmp_path / f"client{i}.log", "w")
-        p = subprocess.Popen(
-            [GTLSCLIENT, "-q", "--exit-on-all-streams-close", "--timeout=30s",
-             "--max-data=65536", "--max-stream-data-bidi-local=65536",
-             f"--download={d}", "127.0.0.1", str(port), f"https://localhost:{port}/big.bin"],
-            stdout=log, stderr=subprocess.STDOUT)
-        clients.append((p, d / "big.bin", log))
+    clients = start_downloads(tmp_path, srv.tls_port, 4, "--max-data=65536",
+                              "--max-stream-data-bidi-local=65536")
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            sizes = [f.stat().st_size if f.exists() else 0 for _, f, _ in clients]
-            if all(s >= 1 << 20 for s in sizes):
-                break
-            time.sleep(0.02)
+        wait_downloads(clients, 1 << 20)
         for generation in (2, 3, 4):
             reload(srv, generation)
-        sizes = [f.stat().st_size if f.exists() else 0 for _, f, _ in clients]
+        sizes = download_sizes(clients)
         print(f"{steering}: after the third reload the downloads had {[s >> 20 for s in sizes]} MiB")
         assert all(s < BIG for s in sizes), "downloads too fast to span the reloads"
         for p, _, _ in clients:
             p.wait(timeout=120)
     finally:
-        for p, _, log in clients:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-            log.close()
-    sizes = [f.stat().st_size if f.exists() else 0 for _, f, _ in clients]
-    complete = sum(1 for s in sizes if s == BIG)
-    srv.stop()
-    print(f"{steering}: {complete}/{len(clients)} downloads complete, sizes {sizes}, "
-          f"forwarded_generation={forwarded_generation(srv)}")
-    if complete != len(clients):
-        bad = sizes.index(next(s for s in sizes if s != BIG))
-        print((tmp_path / f"client{bad}.log").read_text(errors="replace")[-3000:])
-    assert complete == len(clients), sizes
+        stop_downloads(clients)
+    check_downloads(srv, tmp_path, clients, steering)

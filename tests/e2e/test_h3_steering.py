@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from h3util import GTLSCLIENT, h3_fetch, process_reports, run_clients, start_h3, summarize
+from h3util import GTLSCLIENT, process_reports, run_clients, start_h3, summarize
 
 pytestmark = pytest.mark.skipif(not os.path.exists(GTLSCLIENT), reason="gtlsclient missing")
 

@@ -10,43 +10,11 @@ import time
 import pytest
 import requests
 
-from conftest import CORRAL_BIN, CORRAL_TESTSITE, read_response
-
+from conftest import CORRAL_BIN, CORRAL_TESTSITE
+from corral_test_util import Prefixed, read_head, read_response, read_to_eof
 
 
 EX_CONFIG = 78
-
-
-class _Prefixed:
-    def __init__(self, sock, prefix=b""):
-        self.sock = sock
-        self.prefix = prefix
-
-    def settimeout(self, t):
-        self.sock.settimeout(t)
-
-    def recv(self, n):
-        if self.prefix:
-            out, self.prefix = self.prefix[:n], self.prefix[n:]
-            return out
-        return self.sock.recv(n)
-
-
-def read_head(sock, timeout=5.0):
-    sock.settimeout(timeout)
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        b = sock.recv(65536)
-        if not b:
-            raise ConnectionError(f"closed before a full head: {buf!r}")
-        buf += b
-    head, _, rest = buf.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    headers = {}
-    for line in lines[1:]:
-        k, _, v = line.partition(":")
-        headers[k.strip().lower()] = v.strip()
-    return lines[0], headers, rest
 
 
 def read_chunked(sock, buf, timeout=5.0):
@@ -71,20 +39,6 @@ def read_chunked(sock, buf, timeout=5.0):
         buf = buf[size + 2:]
         if size == 0:
             return body, buf
-
-
-def read_to_eof(sock, timeout=5.0):
-    """Reads until the server closes; raises socket.timeout if it does not."""
-    sock.settimeout(timeout)
-    chunks = []
-    while True:
-        try:
-            b = sock.recv(65536)
-        except ConnectionResetError:
-            return b"".join(chunks)
-        if not b:
-            return b"".join(chunks)
-        chunks.append(b)
 
 
 def request(srv, target=b"/hello", host=b"localhost", sock=None):
@@ -182,7 +136,7 @@ def test_request_waits_for_publish(server_factory):
     waited = time.monotonic() - t0
     assert (status, body) == (200, b"hello")
     assert waited >= 0.4, f"answered after {waited:.2f}s, before the site was published"
-    status, _, body, _ = read_response(_Prefixed(s, left))
+    status, _, body, _ = read_response(Prefixed(s, left))
     assert (status, body) == (200, b'{"id":"5"}')
     s.close()
     r = requests.get(srv.url + "/hello", timeout=5)

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import read_response
+from corral_test_util import exchange, expect_closed, poll, read_response, rss_kib
 
 HOST = b"Host: localhost\r\n"
 HELLO = b"GET /hello HTTP/1.1\r\nHost: localhost\r\n\r\n"
@@ -34,22 +34,6 @@ def config(limits=None, timeouts=None):
     return text
 
 
-def expect_closed(sock, timeout=3.0):
-    """The server closes the connection (EOF) and sends nothing more; returns what it sent."""
-    sock.settimeout(timeout)
-    data = b""
-    try:
-        while True:
-            b = sock.recv(65536)
-            if not b:
-                return data
-            data += b
-    except socket.timeout:
-        raise AssertionError(f"connection still open after {timeout}s; got {data[:200]!r}")
-    except ConnectionResetError:
-        return data
-
-
 def refused(sock, status, timeout=5.0):
     st, headers, _, rest = read_response(sock, timeout=timeout)
     assert st == status
@@ -63,14 +47,6 @@ def get_hello(srv, timeout=5.0):
         s.sendall(HELLO)
         status, _, body, _ = read_response(s, timeout=timeout)
         assert (status, body) == (200, b"hello")
-
-
-def rss_kb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 def raise_nofile(n):
@@ -380,8 +356,8 @@ def test_slowloris(server_factory):
         assert len(closed) == n_slow, f"{n_slow - len(closed)} slow connections still open"
         not_408 = [r[:40] for r in received.values() if not r.startswith(b"HTTP/1.1 408 ")]
         assert not not_408, f"{len(not_408)} without a 408, e.g. {not_408[:3]}"
-        wait_until(lambda: srv.log().count('status=408 reason="request head timeout"') >= n_slow, 5,
-                   f"{n_slow} request head timeouts in the log")
+        poll(lambda: srv.log().count('status=408 reason="request head timeout"') >= n_slow, 5,
+             f"{n_slow} request head timeouts in the log")
         get_hello(srv)
     finally:
         stop.set()
@@ -393,18 +369,9 @@ def test_slowloris(server_factory):
 # --- backpressure --------------------------------------------------------------------------------
 
 def infinite_aborts(srv):
-    with srv.connect() as s:
-        s.sendall(b"GET /infinite/aborts HTTP/1.1\r\n" + HOST + b"\r\n")
-        status, _, body, _ = read_response(s)
-        assert status == 200
-        return int(body)
-
-
-def wait_until(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
+    status, _, body = exchange(srv, b"GET /infinite/aborts HTTP/1.1\r\n" + HOST + b"\r\n")
+    assert status == 200
+    return int(body)
 
 
 def small_rcvbuf_socket(srv):
@@ -421,7 +388,7 @@ def test_reader_that_never_reads(server_factory, target, clients):
     srv = server_factory(config=config(timeouts={"write_ms": 500}))
     get_hello(srv)
     pid = srv.proc.pid
-    baseline = rss_kb(pid)
+    baseline = rss_kib(pid)
     aborts_before = infinite_aborts(srv)
     stalled = []
     try:
@@ -436,17 +403,17 @@ def test_reader_that_never_reads(server_factory, target, clients):
             t = time.monotonic()
             get_hello(srv)
             assert time.monotonic() - t < 2.0
-            peak = max(peak, rss_kb(pid))
-        wait_until(lambda: srv.log().count("write_timeout remote=127.0.0.1") >= clients, 10,
-                   f"{clients} write timeouts in the log")
-        peak = max(peak, rss_kb(pid))
+            peak = max(peak, rss_kib(pid))
+        poll(lambda: srv.log().count("write_timeout remote=127.0.0.1") >= clients, 10,
+             f"{clients} write timeouts in the log")
+        peak = max(peak, rss_kib(pid))
         print(f"RSS baseline {baseline} kB, peak {peak} kB")
         if target == b"/infinite":
             # Streams wait for the socket: a few MiB at most, whatever the number of readers.
             # (ASan keeps freed buffers in its quarantine: allow it more headroom.)
             bound = 96 if os.environ.get("CORRAL_SANITIZED") else 32
             assert (peak - baseline) < bound * 1024, f"RSS grew {(peak - baseline) // 1024} MiB"
-            wait_until(lambda: infinite_aborts(srv) >= aborts_before + clients, 5, "stream aborts")
+            poll(lambda: infinite_aborts(srv) >= aborts_before + clients, 5, "stream aborts")
         else:
             # A 50 MB text body is in memory while it is owed (Response::text holds it all); no
             # more than that, and it is released when the write timeout closes the connection.
@@ -454,8 +421,8 @@ def test_reader_that_never_reads(server_factory, target, clients):
             # Under AddressSanitizer freed memory sits in its quarantine (it is not returned to
             # the OS at once), so only an unsanitized build can show the release.
             if not os.environ.get("CORRAL_SANITIZED"):
-                wait_until(lambda: rss_kb(pid) - baseline < 16 * 1024, 5,
-                           "RSS back under baseline + 16 MiB after the write timeout")
+                poll(lambda: rss_kib(pid) - baseline < 16 * 1024, 5,
+                     "RSS back under baseline + 16 MiB after the write timeout")
         for s in stalled:  # the server closed each of them (a reset is fine: data was unread)
             s.settimeout(5)
             try:
@@ -476,7 +443,7 @@ def test_pipelining_without_reading_is_bounded(server_factory):
     srv = server_factory(config=config(timeouts={"write_ms": 3000}))
     get_hello(srv)
     pid = srv.proc.pid
-    baseline = rss_kb(pid)
+    baseline = rss_kib(pid)
     req = b"GET /big?bytes=4096 HTTP/1.1\r\n" + HOST + b"\r\n"
     batch = req * 2000  # ~100 KB of requests, ~8 MB of responses
     s = small_rcvbuf_socket(srv)
@@ -498,7 +465,7 @@ def test_pipelining_without_reading_is_bounded(server_factory):
                 sel.register(s, selectors.EVENT_WRITE)
                 sel.select(timeout=0.1)
                 sel.close()
-        growth = rss_kb(pid) - baseline
+        growth = rss_kib(pid) - baseline
         print(f"pushed {pushed} bytes of requests; RSS growth {growth} kB")
         assert stalled_since is not None, f"the server kept reading: {pushed >> 20} MiB accepted"
         assert pushed < 64 * 1024 * 1024, f"{pushed >> 20} MiB of requests accepted"

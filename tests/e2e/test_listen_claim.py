@@ -16,7 +16,8 @@ import tempfile
 import pytest
 
 from conftest import CORRAL_BIN
-from test_fanout import Fanout, get, poll
+from corral_test_util import poll
+from test_fanout import Fanout, get
 
 EX_TEMPFAIL = 75
 

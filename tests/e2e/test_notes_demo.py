@@ -23,27 +23,16 @@ import signal
 import sqlite3
 import stat
 import subprocess
-import time
 import urllib.parse
 
 import pytest
 
 from conftest import CORRAL_BIN
+from corral_test_util import ctl, ctl_json, poll, wait_control_socket
 
 NOTES_WORKER = os.environ.get(
     "CORRAL_NOTES_WORKER",
     os.path.join(os.path.dirname(os.path.abspath(CORRAL_BIN)), "corral-notes-worker"))
-
-
-def poll(fn, timeout, what, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 class Notes:
@@ -61,8 +50,7 @@ class Notes:
                       f"command = [{json.dumps(NOTES_WORKER)}]\n"
                       'routes = ["/note/{id}/*"]\n')
         self.srv = self.factory(*args, binary=CORRAL_BIN, config=config)
-        poll(lambda: os.path.exists(os.path.join(self.state_dir, "control.sock")), 5,
-             "the control socket")
+        wait_control_socket(self.state_dir, 5, what="the control socket", interval=0.05)
         return self
 
     def stop(self, failures=0):
@@ -97,14 +85,11 @@ class Notes:
         return int(body)
 
     def ctl(self, *args):
-        return subprocess.run([CORRAL_BIN, "ctl", *args, "--state-dir", self.state_dir],
-                              capture_output=True, text=True, timeout=10)
+        return ctl(self.state_dir, *args)
 
     def workers(self):
         """The manager's entries (`corral ctl workers`): {address: {status, pid, ...}}."""
-        r = self.ctl("workers")
-        assert r.returncode == 0, r.stderr
-        return json.loads(r.stdout)
+        return ctl_json(self.state_dir, "workers")
 
     def path(self, key):
         return os.path.join(self.state_dir, "notes", f"note%3A{key}.sqlite")
@@ -201,7 +186,7 @@ def test_stop_keeps_the_note_and_text_is_escaped(notes):
     assert n.save("c", "after") == 2
     r = n.ctl("stop", "note:c")
     assert r.returncode == 0, r.stderr
-    poll(lambda: "note:c" not in n.workers(), 5, "the worker's stop")
+    poll(lambda: "note:c" not in n.workers(), 5, "the worker's stop", interval=0.05)
     assert n.stored("c") == ("after", 2)
     # the next request starts a new worker, which reads it
     assert (n.text("c"), n.rev("c")) == ("after", 2)
@@ -227,10 +212,11 @@ def test_kill_9_loses_no_acknowledged_save(notes):
     for i in range(1, 6):
         assert n.save("k1", f"text {i}") == i
     assert n.stored("k1") == ("text 5", 5)  # in the file before the answer, not 2 s later
-    pid = poll(lambda: n.workers().get("note:k1", {}).get("pid"), 5, "the worker's pid")
+    pid = poll(lambda: n.workers().get("note:k1", {}).get("pid"), 5, "the worker's pid",
+               interval=0.05)
     os.kill(pid, signal.SIGKILL)
     poll(lambda: n.workers().get("note:k1", {}).get("status") == "failed", 10,
-         "the worker's failure after kill -9")
+         "the worker's failure after kill -9", interval=0.05)
     r = n.ctl("retry", "note:k1")
     assert r.returncode == 0, r.stderr
     assert (n.text("k1"), n.rev("k1")) == ("text 5", 5)
@@ -265,7 +251,7 @@ def test_welcome_page_says_why_the_demo_is_unavailable(tmp_path):
                                 stdout=log, stderr=log, stdin=subprocess.DEVNULL)
     try:
         m = poll(lambda: re.search(r"listening address=[\d.]+:(\d+)", log_path.read_text()), 20,
-                 "corral listening")
+                 "corral listening", interval=0.05)
         text = log_path.read_text()
         assert "demo_unavailable" in text and "corral-notes-worker is missing" in text, text
         c = http.client.HTTPConnection("127.0.0.1", int(m.group(1)), timeout=10)

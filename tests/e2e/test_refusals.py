@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from conftest import read_response
+from corral_test_util import expect_closed, read_response
 
 HOST = b"Host: localhost\r\n"
 KEEPALIVE_REQUEST = b"GET /hello HTTP/1.1\r\nHost: localhost\r\n\r\n"
@@ -164,23 +164,6 @@ def peek_version(sock):
     return head[:8]
 
 
-def expect_closed(sock, timeout=3.0):
-    """The server must close (EOF) without sending anything more."""
-    sock.settimeout(timeout)
-    extra = b""
-    try:
-        while True:
-            b = sock.recv(65536)
-            if not b:
-                break
-            extra += b
-    except socket.timeout:
-        raise AssertionError(f"connection still open after {timeout}s; extra bytes {extra[:200]!r}")
-    except ConnectionResetError:
-        pass  # closed, just not gracefully: still closed
-    assert extra == b"", f"bytes after the refusal: {extra[:300]!r}"
-
-
 def get_hello(srv):
     with srv.connect() as s:
         s.sendall(KEEPALIVE_REQUEST)
@@ -211,7 +194,7 @@ def refuse_once(srv, data, status, mode):
         assert st == status, f"expected {status}, got {st} {headers} {body!r}"
         assert headers.get("connection") == "close"
         assert rest == b"", f"bytes after the refusal: {rest[:300]!r}"
-        expect_closed(s)
+        assert expect_closed(s) == b"", "bytes after the refusal"
     get_hello(srv)  # the refusal did not hurt the server
 
 

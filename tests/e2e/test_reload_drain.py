@@ -22,19 +22,17 @@ import os
 import re
 import signal
 import socket
-import time
 
 import pytest
 
-from conftest import CORRAL_BIN, poll
+from conftest import CORRAL_BIN
+from corral_test_util import control_request, poll, read_to_eof, wait_control_socket
 
 CPP_WORKER = os.environ.get(
     "CORRAL_EXAMPLE_WORKER",
     os.path.join(os.path.dirname(os.path.abspath(CORRAL_BIN)), "examples", "worker_cpp",
                  "example_worker"))
 PROCESSES = 2
-
-
 
 
 def start(server_factory, tmp_path, extra="", args=()):
@@ -51,8 +49,7 @@ routes = ["/counter/{{id}}/*"]
     srv = server_factory("--processes", str(PROCESSES), "--state-dir", str(state), *args,
                          binary=CORRAL_BIN, config=config)
     srv.state_dir = str(state)
-    poll(lambda: os.path.exists(os.path.join(srv.state_dir, "control.sock")), 10,
-         "control socket")
+    wait_control_socket(srv.state_dir, 10, what="control socket")
     wait_ready(srv, 1)
     return srv
 
@@ -70,17 +67,7 @@ def live(srv, generation):
 
 
 def control(srv, path):
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(5)
-        s.connect(os.path.join(srv.state_dir, "control.sock"))
-        s.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode())
-        data = b""
-        while True:
-            b = s.recv(65536)
-            if not b:
-                break
-            data += b
-    return json.loads(data.partition(b"\r\n\r\n")[2])
+    return json.loads(control_request(srv.state_dir, "GET", path)[1])
 
 
 def wait_ready(srv, generation):
@@ -110,12 +97,7 @@ def served_pid(srv):
     s = socket.create_connection((srv.host, srv.port), timeout=5)
     try:
         s.sendall(b"GET /hello HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        data = b""
-        while True:
-            b = s.recv(65536)
-            if not b:
-                break
-            data += b
+        data = read_to_eof(s, 5, reset_ok=False)
     finally:
         s.close()
     return int(re.search(rb"Corral-Process: slot=\d+ pid=(\d+)", data).group(1))
@@ -259,8 +241,7 @@ def test_drain_timeout_zero_closes_at_once(server_factory, tmp_path):
     srv = server_factory("--processes", str(PROCESSES), "--state-dir", str(tmp_path / "state"),
                          binary=CORRAL_BIN, config="[timeouts]\ndrain_ms = 0\n")
     srv.state_dir = str(tmp_path / "state")
-    poll(lambda: os.path.exists(os.path.join(srv.state_dir, "control.sock")), 10,
-         "control socket")
+    wait_control_socket(srv.state_dir, 10, what="control socket")
     wait_ready(srv, 1)
     ws = Ws(srv, "/ws/echo")
     ws.echo("x")

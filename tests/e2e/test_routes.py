@@ -3,19 +3,7 @@ authenticators."""
 import pytest
 import requests
 
-from conftest import read_response
-
-
-
-
-def raw(srv, request):
-    s = srv.connect()
-    try:
-        s.sendall(request)
-        status, headers, body, _ = read_response(s)
-    finally:
-        s.close()
-    return status, headers, body
+from corral_test_util import exchange, read_response
 
 
 def get(srv, path, **headers):
@@ -78,13 +66,13 @@ def test_route_param(site):
 
 def test_encoded_slash_never_separates(site):
     for target in (b"/users/a%2Fb", b"/users/a%2fb", b"/users/%2F"):
-        status, _, body = raw(site, b"GET " + target + b" HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        status, _, body = exchange(site, b"GET " + target + b" HTTP/1.1\r\nHost: localhost\r\n\r\n")
         assert status == 400, target
         assert b'"id"' not in body
 
 
 def test_param_percent_decoded(site):
-    status, _, body = raw(site, b"GET /users/caf%C3%A9 HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    status, _, body = exchange(site, b"GET /users/caf%C3%A9 HTTP/1.1\r\nHost: localhost\r\n\r\n")
     assert status == 200
     assert body.decode("utf-8") == '{"id":"café"}'
     assert get(site, "/users/a%20b").json() == {"id": "a b"}

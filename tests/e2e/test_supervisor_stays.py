@@ -13,42 +13,20 @@ exit status says why it stopped.
   someone sent each one SIGTERM) or 78 (a configuration it cannot run): its exit status is then
   1, resp. 78, never 0. SIGTERM of the supervisor still exits 0.
 """
-import json
 import os
 import re
-import resource
 import shutil
 import signal
-import socket
 import tempfile
 import time
 
 import pytest
 
 from conftest import CORRAL_BIN
-from test_fanout import EX_CONFIG, Fanout, get, poll
+from corral_test_util import control_get, poll
+from test_fanout import EX_CONFIG, Fanout, get
 
 NOTES_WORKER = os.path.join(os.path.dirname(os.path.abspath(CORRAL_BIN)), "corral-notes-worker")
-
-
-def control_get(state_dir, path):
-    """GET `path` on the supervisor's control socket: the JSON body, or None."""
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(5)
-            s.connect(os.path.join(state_dir, "control.sock"))
-            s.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-                      .encode())
-            data = b""
-            while True:
-                b = s.recv(65536)
-                if not b:
-                    break
-                data += b
-    except OSError:
-        return None
-    head, _, body = data.partition(b"\r\n\r\n")
-    return json.loads(body) if head.startswith(b"HTTP/1.1 200 ") else None
 
 
 def alive(srv):
@@ -146,14 +124,6 @@ def test_both_server_processes_killed_at_once_are_respawned(server_factory, stat
     assert get(srv, "/")[0] == 200 and alive(srv)
     srv.signal(signal.SIGTERM)
     assert srv.wait_exit(timeout=10) == 0, srv.log()[-3000:]
-
-
-@pytest.fixture
-def no_core_dumps():
-    soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
-    resource.setrlimit(resource.RLIMIT_CORE, (0, hard))
-    yield
-    resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
 
 
 def test_crash_loop_of_the_only_server_process_keeps_the_supervisor(server_factory, state_dir,

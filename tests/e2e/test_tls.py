@@ -15,7 +15,6 @@ import asyncio
 import hashlib
 import http.client
 import os
-import re
 import shutil
 import signal
 import socket
@@ -25,7 +24,8 @@ import time
 
 import pytest
 
-from conftest import CORRAL_BIN, read_response, recv_all
+from conftest import CORRAL_BIN
+from corral_test_util import read_response, read_responses, recv_all
 
 
 def tls_port(srv, timeout=10.0):
@@ -143,32 +143,11 @@ def test_pipelined_requests_over_one_tls_connection(tls_site):
                     for p in ("/files/hello.txt", "/canary/count", "/files/hello.txt",
                               "/files/nope"))
     s.sendall(reqs)
-    rest = b""
-    got = []
-    for _ in range(4):
-        # read_response reads from the socket; feed it what was left over first.
-        status, headers, body, rest = read_response(_Prefixed(s, rest))
-        got.append((status, body))
+    got = [(status, body) for status, _, body in read_responses(s, 4)[0]]
     assert got[0] == (200, b"hello over tls\n")
     assert got[1][0] == 200
     assert got[2] == (200, b"hello over tls\n")
     assert got[3][0] == 404
-
-
-class _Prefixed:
-    """A socket whose first recv() returns `prefix` (bytes read past the previous response)."""
-
-    def __init__(self, sock, prefix):
-        self.sock, self.prefix = sock, prefix
-
-    def settimeout(self, t):
-        self.sock.settimeout(t)
-
-    def recv(self, n):
-        if self.prefix:
-            b, self.prefix = self.prefix, b""
-            return b
-        return self.sock.recv(n)
 
 
 def test_big_file_and_range_over_tls(tls_site):

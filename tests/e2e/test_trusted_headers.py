@@ -8,7 +8,9 @@ worker, whose /headers echoes the header lines it received.
 """
 import json
 
-from test_workers import corral  # noqa: F401 (the fixture)
+import test_workers
+
+corral = test_workers.corral  # the fixture, shared with test_workers.py
 
 SPOOFED = {
     "Corral_Principal": "admin",
@@ -22,7 +24,7 @@ SPOOFED = {
 }
 
 
-def test_trusted_header_spelt_with_underscores_never_reaches_worker(corral):  # noqa: F811
+def test_trusted_header_spelt_with_underscores_never_reaches_worker(corral):
     c = corral("py", extra='log_level = "debug"')
     status, _, body = c.get("/counter/h/headers",
                             headers={**SPOOFED, "X-Ordinary": "yes", "My_Header": "kept"})

@@ -31,7 +31,8 @@ import zlib
 import pytest
 import websockets
 
-from conftest import read_response, start_server
+from conftest import start_server
+from corral_test_util import read_response, rss_kib
 
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
@@ -48,11 +49,6 @@ def srv(tmp_path_factory):
     s = start_server([], tmp_path=tmp_path_factory.mktemp("ws"))
     yield s
     s.stop()
-
-
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        return int(re.search(r"VmRSS:\s+(\d+) kB", f.read()).group(1))
 
 
 # --- raw client: handshake, frames --------------------------------------------------------------

@@ -28,7 +28,8 @@ import threading
 import pytest
 
 from conftest import CORRAL_BIN
-from test_workers import CPP_WORKER, WORKERS, Corral, poll, proc_stat, toml_str
+from corral_test_util import children_of, poll, wait_control_socket
+from test_workers import CPP_WORKER, WORKERS, Corral, toml_str
 
 MAX_WORKERS = 6
 MAX_STARTING = 2
@@ -54,20 +55,9 @@ def child_pids(pid):
 
 def children(c):
     """(worker pids, other child pids) of the supervisor, from /proc."""
-    sup = c.srv.proc.pid
     workers, others = set(), set()
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        st = proc_stat(int(d))
-        if st is None or st[1] != sup or st[0] == "Z":
-            continue
-        try:
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                cmd = f.read()
-        except OSError:
-            continue
-        (workers if c.marker.encode() in cmd else others).add(int(d))
+    for pid, cmd in children_of(c.srv.proc.pid).items():
+        (workers if c.marker.encode() in cmd else others).add(pid)
     return workers, others
 
 
@@ -88,8 +78,7 @@ def bounded(server_factory, tmp_path):
     srv = server_factory("--state-dir", str(state), "--no-access-log", binary=CORRAL_BIN,
                          config=config)
     c = Corral(srv, str(state), marker)
-    poll(lambda: os.path.exists(os.path.join(c.state_dir, "control.sock")), 5,
-         what="control socket")
+    wait_control_socket(c.state_dir, 5, what="control socket")
     return c
 
 

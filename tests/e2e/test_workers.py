@@ -36,7 +36,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -44,6 +43,8 @@ import time
 import pytest
 
 from conftest import CORRAL_BIN
+from corral_test_util import (alive, children_of, control_request, ctl, ctl_json, poll,
+                              wait_control_socket)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PY_WORKER = os.path.join(REPO, "examples", "worker_python", "worker.py")
@@ -61,34 +62,6 @@ WORKERS = {
 
 
 # --- helpers ------------------------------------------------------------------------------------
-
-
-def poll(fn, timeout, interval=0.02, what="condition", detail=None):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}"
-                                 + (f"\n{detail()}" if detail else ""))
-        time.sleep(interval)
-
-
-def proc_stat(pid):
-    """(state, ppid) of a process, or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            s = f.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    rest = s[s.rindex(")") + 2:].split()
-    return rest[0], int(rest[1])
-
-
-def alive(pid):
-    st = proc_stat(pid)
-    return st is not None and st[0] != "Z"
 
 
 def toml_str(s):
@@ -118,19 +91,7 @@ class Corral:
 
     # the control socket
     def control(self, method, path, timeout=5):
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(timeout)
-            s.connect(os.path.join(self.state_dir, "control.sock"))
-            s.sendall(f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n"
-                      f"Connection: close\r\n\r\n".encode())
-            data = b""
-            while True:
-                b = s.recv(65536)
-                if not b:
-                    break
-                data += b
-        head, _, body = data.partition(b"\r\n\r\n")
-        return int(head.split(b" ")[1]), body
+        return control_request(self.state_dir, method, path, timeout)
 
     def state(self):
         status, body = self.control("GET", "/workers")
@@ -138,33 +99,16 @@ class Corral:
         return json.loads(body)
 
     def ctl(self, *args):
-        return subprocess.run([CORRAL_BIN, "ctl", *args, "--state-dir", self.state_dir],
-                              capture_output=True, text=True, timeout=10)
+        return ctl(self.state_dir, *args)
 
     def ctl_workers(self):
-        r = self.ctl("workers")
-        assert r.returncode == 0, r.stderr
-        return json.loads(r.stdout)
+        return ctl_json(self.state_dir, "workers")
 
     # processes
     def worker_pids(self):
         """Live children of the supervisor running the worker program (from /proc)."""
-        sup = self.srv.proc.pid
-        out = set()
-        for d in os.listdir("/proc"):
-            if not d.isdigit():
-                continue
-            st = proc_stat(int(d))
-            if st is None or st[1] != sup or st[0] == "Z":
-                continue
-            try:
-                with open(f"/proc/{d}/cmdline", "rb") as f:
-                    cmd = f.read()
-            except OSError:
-                continue
-            if self.marker.encode() in cmd:
-                out.add(int(d))
-        return out
+        marker = self.marker.encode()
+        return {p for p, cmd in children_of(self.srv.proc.pid).items() if marker in cmd}
 
     def starts(self):
         return self.srv.log().count("worker_starting ")
@@ -199,7 +143,7 @@ def corral(server_factory, tmp_path):
     def make(kind="py", idle=None, stop_grace=None, extra=""):
         argv, marker = WORKERS[kind]
         state = tmp_path / "state"
-        lines = [f"[workers.counter]",
+        lines = ["[workers.counter]",
                  f"command = [{', '.join(toml_str(a) for a in argv)}]",
                  'routes = ["/counter/{id}/*"]']
         if idle is not None:
@@ -209,8 +153,7 @@ def corral(server_factory, tmp_path):
         config = extra + "\n" + "\n".join(lines) + "\n"
         srv = server_factory("--state-dir", str(state), binary=CORRAL_BIN, config=config)
         c = Corral(srv, str(state), marker)
-        poll(lambda: os.path.exists(os.path.join(c.state_dir, "control.sock")), 5,
-             what="control socket")
+        wait_control_socket(c.state_dir, 5, what="control socket")
         return c
 
     return make

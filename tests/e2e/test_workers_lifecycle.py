@@ -30,8 +30,11 @@ import time
 import pytest
 
 from conftest import CORRAL_BIN
-from test_workers import (CPP_WORKER, Corral, alive, assert_json_error, corral,  # noqa: F401
-                          poll, toml_str)
+import test_workers
+from corral_test_util import alive, poll, wait_control_socket
+from test_workers import CPP_WORKER, Corral, assert_json_error, toml_str
+
+corral = test_workers.corral  # the fixture, shared with test_workers.py
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FAKE = os.path.join(REPO, "tests", "workers", "fake_worker.py")
@@ -58,8 +61,7 @@ def fake(server_factory, tmp_path):
                              config="\n".join(lines) + "\n")
         c = Corral(srv, str(state), "fake_worker.py")
         c.events_path = str(events)
-        poll(lambda: os.path.exists(os.path.join(c.state_dir, "control.sock")), 5,
-             what="control socket")
+        wait_control_socket(c.state_dir, 5, what="control socket")
         return c
 
     return make

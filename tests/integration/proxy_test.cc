@@ -13,14 +13,24 @@
 #include "core/event_loop.h"
 #include "core/log.h"
 #include "core/socket.h"
-#include "http/proxy.h"
 #include "http/server.h"
 #include "http/site.h"
 #include "loopback.h"
+#include "proxy/proxy.h"
 #include "ws/socket.h"
 
-namespace corral::http {
+namespace corral::proxy {
 namespace {
+
+using http::DeferredProducer;
+using http::Request;
+using http::Responder;
+using http::Response;
+using http::Server;
+using http::ServerOptions;
+using http::SiteBuilder;
+using http::StreamProducer;
+using http::StreamWriter;
 
 class Proxy : public ::testing::Test {
  protected:
@@ -258,11 +268,8 @@ TEST_F(Proxy, ADeadPooledConnectionIsReplacedTransparently) {
   int sv[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
   ::close(sv[1]);  // the "upstream" already closed this one
-  auto dead = std::make_unique<UpstreamPool::Conn>();
-  dead->fd.reset(sv[0]);
-  dead->path = path_;
-  dead->interest = UpstreamPool::kIdleEvents;
-  ASSERT_TRUE(loop_.add(sv[0], dead->interest, dead.get()));
+  auto dead = UpstreamConnection::adopt(loop_, core::UniqueFd(sv[0]), path_, &pool_);
+  ASSERT_TRUE(dead);
   pool_.give(std::move(dead));
   ASSERT_EQ(pool_.idle(), 1u);
   auto got = exchange(
@@ -476,4 +483,4 @@ TEST_F(Proxy, AnUpstreamThatOnlySendsInterimResponsesGets502) {
 }
 
 }  // namespace
-}  // namespace corral::http
+}  // namespace corral::proxy

@@ -10,11 +10,14 @@ import secrets
 import signal
 import socket
 import subprocess
+import sys
 import time
 
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "e2e"))  # corral_test_util: the shared helpers
+from corral_test_util import poll  # noqa: E402 (after the path it is found on)
 TESTSITE = os.environ.get("CORRAL_H3_TESTSITE") or os.path.join(
     HERE, "..", "..", "build", "debug", "h3_testsite")
 CLIENT = os.environ.get("CORRAL_GTLSCLIENT") or "/usr/bin/gtlsclient"
@@ -193,9 +196,9 @@ def test_idle_timeout(start_site, tmp_path):
     d.mkdir()
     # No --exit-on-all-streams-close: the client stays until the (negotiated, 300 ms) idle
     # timeout closes the connection on both sides.
-    r = subprocess.run([CLIENT, "-q", f"--download={d}", "--timeout=60s", "127.0.0.1",
-                        str(site.port), f"https://localhost:{site.port}/whoami"],
-                       capture_output=True, timeout=30)
+    subprocess.run([CLIENT, "-q", f"--download={d}", "--timeout=60s", "127.0.0.1",
+                    str(site.port), f"https://localhost:{site.port}/whoami"],
+                   capture_output=True, timeout=30)
     assert read(d, "whoami") == f"pid={site.proc.pid} slot=0\n".encode()
     time.sleep(1)
     assert stats(site, tmp_path)["connections"] == 1  # only the stats request's
@@ -316,14 +319,12 @@ def test_stateless_reset_after_respawn(start_site, tmp_path):
             [CLIENT, "--exit-on-all-streams-close", f"--download={d}", "--timeout=60s",
              "--delay-stream=2s", "--no-http-dump", "127.0.0.1", str(port),
              f"https://localhost:{port}/whoami"], stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 5
         # Confirmed: the server has the client's Finished, so what the client sends next is 1-RTT
         # (short header), which a process that does not know the connection resets. Killing the
         # server earlier (after ALPN, before the Finished arrived) leaves the client resending
         # Handshake packets, which get no reset: it then waits out its idle timeout.
-        while "handshake has been confirmed" not in log_path.read_text(errors="replace"):
-            assert time.monotonic() < deadline, "no handshake"
-            time.sleep(0.02)
+        poll(lambda: "handshake has been confirmed" in log_path.read_text(errors="replace"), 5,
+             "the handshake")
         site.stop(signal.SIGKILL)
         respawned = start_site("--secret-hex", secret, "--tag", tag, port=port)
         t0 = time.monotonic()
@@ -362,10 +363,12 @@ def test_graceful_close_finishes_download(start_site, tmp_path):
             [CLIENT, "-q", "--exit-on-all-streams-close", f"--download={d}", "--timeout=10s",
              "127.0.0.1", str(site.port),
              f"https://localhost:{site.port}/bytes/{n}"], stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 10
-        while not (d / str(n)).exists() or (d / str(n)).stat().st_size < 1_000_000:
-            assert time.monotonic() < deadline and client.poll() is None, "download did not start"
-            time.sleep(0.01)
+        def started():
+            if (d / str(n)).exists() and (d / str(n)).stat().st_size >= 1_000_000:
+                return True
+            assert client.poll() is None, "download did not start"
+            return False
+        poll(started, 10, "the download to start", interval=0.01)
         site.proc.send_signal(signal.SIGTERM)
         client.wait(60)
         rc = site.proc.wait(30)

@@ -15,14 +15,20 @@ import os
 import socket
 import struct
 import subprocess
+import sys
 import threading
 import time
 
 import pytest
 
-from test_h3 import CLIENT, certs, fetch, read, start_site, stats  # noqa: F401 (fixtures)
+import test_h3
+from test_h3 import CLIENT, fetch, read, stats
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "e2e"))  # corral_test_util: the shared helpers
+from corral_test_util import rss_kib  # noqa: E402 (after the path it is found on)
+
+certs, start_site = test_h3.certs, test_h3.start_site  # the fixtures, shared with test_h3.py
 RAWCLIENT = os.environ.get("CORRAL_H3_RAWCLIENT") or os.path.join(
     HERE, "..", "..", "build", "debug", "h3_rawclient")
 
@@ -159,14 +165,6 @@ def test_retries_are_rate_limited(start_site, tmp_path):
     assert st["retries_limited"] >= n - len(retries) - 1, st
 
 
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
 def capture_initial(tmp_path):
     """The first datagram gtlsclient sends: a real, protected client Initial (ALPN h3)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -193,7 +191,7 @@ def test_spoofed_initial_flood_keeps_memory_bounded_and_serves(start_site, tmp_p
     site = start_site(env={"ASAN_OPTIONS": f"{asan}:quarantine_size_mb=4".lstrip(":")})
     pkts = [capture_initial(tmp_path) for _ in range(3)]
     addr = ("127.0.0.1", site.port)
-    rss0 = rss_kib(site.proc.pid)
+    rss0 = rss_kib(site.proc.pid, missing=0)
     # One socket on 0.0.0.0 that never answers; each datagram leaves from its own 127.x.y.z, so
     # every (DCID, source) pair is a new connection to the server, and what the server sends
     # back (to 127.x.y.z, same port) lands here and is counted.
@@ -235,7 +233,7 @@ def test_spoofed_initial_flood_keeps_memory_bounded_and_serves(start_site, tmp_p
 
     def watch():
         while not stop.is_set():
-            peak[0] = max(peak[0], rss_kib(site.proc.pid))
+            peak[0] = max(peak[0], rss_kib(site.proc.pid, missing=0))
             time.sleep(0.05)
 
     threads = [threading.Thread(target=f, daemon=True) for f in (sender, receiver, watch)]

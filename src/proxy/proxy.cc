@@ -1,0 +1,552 @@
+#include "proxy/proxy.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "core/event_loop.h"
+#include "core/timer_wheel.h"
+#include "proxy/relay.h"
+#include "proxy/response_reader.h"
+#include "proxy/upstream_connection.h"
+
+namespace corral::proxy {
+
+using http::iequals;
+using http::Method;
+using http::Request;
+using http::Response;
+
+namespace {
+
+// By length first: one or two comparisons per header instead of a dozen calls (this runs for
+// every header of every proxied request and response).
+bool hop_by_hop(std::string_view name) {
+  switch (name.size()) {
+    case 2:
+      return iequals(name, "te");
+    case 7:
+      return iequals(name, "trailer") || iequals(name, "upgrade");
+    case 10:
+      return iequals(name, "connection") || iequals(name, "keep-alive");
+    case 16:
+      return iequals(name, "proxy-connection");
+    case 17:
+      return iequals(name, "transfer-encoding");
+    case 18:
+      return iequals(name, "proxy-authenticate");
+    case 19:
+      return iequals(name, "proxy-authorization");
+    default:
+      return false;
+  }
+}
+
+// Response headers the proxy does not pass on: hop-by-hop, the framing, and those the front adds
+// itself (Date, Server and the default security headers).
+bool dropped_response_header(std::string_view name) {
+  switch (name.size()) {
+    case 4:
+      return iequals(name, "date");
+    case 6:
+      return iequals(name, "server");
+    case 14:
+      return iequals(name, "content-length");
+    case 15:
+      return iequals(name, "referrer-policy");
+    case 22:
+      return iequals(name, "x-content-type-options");
+    default:
+      return hop_by_hop(name);
+  }
+}
+
+bool corral_header(std::string_view name) {
+  return name.size() >= 7 && iequals(name.substr(0, 7), "corral-");
+}
+
+bool is_upgrade(const Request& req) {
+  auto up = req.header("upgrade");
+  auto conn = req.header("connection");
+  if (!up || !conn) return false;
+  std::string c(*conn);
+  for (auto& ch : c) ch = static_cast<char>(tolower(static_cast<unsigned char>(ch)));
+  return c.find("upgrade") != std::string::npos;
+}
+
+// A request that may wait behind another on a pipelined upstream connection, and be sent again
+// if it was held there: GET or HEAD, no body, no upgrade.
+bool pipelinable(const Request& req) {
+  return (req.method == Method::kGet || req.method == Method::kHead) && req.body.empty() &&
+         !is_upgrade(req);
+}
+
+std::string prepare_request(const Request& req, const ProxyOptions& options) {
+  std::string r;
+  r.reserve(256 + req.target.size() + options.extra_headers.size() + req.body.size());
+  std::string_view target = options.target.empty() ? req.target : options.target;
+  r.append(req.method_name).append(" ").append(target).append(" HTTP/1.1\r\n");
+  // The upstream is on a Unix socket reached only through us: it sees Host: localhost (its own
+  // admission baseline admits that) and the client's Host in Corral-Host.
+  r.append("Host: localhost\r\n");
+  if (!req.host.empty()) r.append("Corral-Host: ").append(req.host).append("\r\n");
+  for (const auto& h : req.headers) {
+    // Expect: the front has the whole body before the route runs (it answered the client's
+    // 100-continue itself, as nginx does), and the body goes with the head: no expectation is
+    // left for the upstream to meet.
+    if (hop_by_hop(h.name) || corral_header(h.name) || iequals(h.name, "content-length") ||
+        iequals(h.name, "host") || iequals(h.name, "expect"))
+      continue;
+    r.append(h.name).append(": ").append(h.value).append("\r\n");
+  }
+  r.append(options.extra_headers);
+  if (!req.body.empty() || req.method == Method::kPost || req.method == Method::kPut ||
+      req.method == Method::kPatch)
+    r.append("Content-Length: ").append(std::to_string(req.body.size())).append("\r\n");
+  if (is_upgrade(req)) {
+    // The one hop-by-hop pair that must cross: the upstream decides whether to switch.
+    r.append("Upgrade: ").append(*req.header("upgrade")).append("\r\nConnection: Upgrade\r\n\r\n");
+  } else if (!options.pool) {
+    r.append("Connection: close\r\n\r\n");
+  } else {
+    r.append("\r\n");  // HTTP/1.1: keep-alive
+  }
+  r.append(req.body);
+  return r;
+}
+
+class Call;
+class Body;
+
+// One proxied request and its response. Owned by its Call until it is sent, then by the queue of
+// the connection it is on, and by its Call again while a retry waits for the next round. The
+// client's side (the Call until the head is answered, then the Body that carries the response's
+// body) and the exchange point at each other; whichever goes first unlinks itself.
+class ProxiedExchange final : public Exchange {
+ public:
+  ProxiedExchange(core::EventLoop& loop, std::string request, uint32_t timeout_ms, bool head,
+                  bool upgrade_requested, UpstreamPool* pool, bool may_pipeline)
+      : loop_(loop),
+        options_pool_(upgrade_requested ? nullptr : pool),
+        pool_(options_pool_),
+        timer_(loop.timers(), [this] { timed_out(); }),
+        timeout_ms_(timeout_ms) {
+    this->request = std::move(request);
+    head_request = head;
+    upgrade = upgrade_requested;
+    pipelinable = may_pipeline && !upgrade_requested;
+  }
+  ~ProxiedExchange() override;
+
+  core::EventLoop& loop() { return loop_; }
+  void set_path(std::string path) { path_ = std::move(path); }
+  // Before it is sent again: a fresh connection of its own (the one it was on had died under
+  // it), or, after finding the upstream again, as new.
+  void reset(bool fresh_connection);
+  // The client is gone. Still behind another request on a connection: it stays and its response
+  // is read to nothing; the first on one closes it (those behind are sent again elsewhere).
+  void abort();
+  void attach_writer(http::StreamWriter* w);
+  void resume() {
+    if (conn) conn->resume_reading();
+  }
+  void unlink_call() { call_ = nullptr; }
+  void unlink_body() { body_ = nullptr; }
+
+  // Exchange
+  void on_head(ResponseHead& head) override;
+  void on_body(std::string_view data) override;
+  void on_read(bool complete) override;
+  void on_end() override;
+  void on_switch(core::UniqueFd upstream, std::string leftover) override;
+  void lost(std::unique_ptr<Exchange> self, const Loss& loss) override;
+
+  friend void dispatch(std::unique_ptr<ProxiedExchange> ex);
+  friend class Call;
+
+ private:
+  // Off any connection (`self`): sent again, or answered `status`.
+  void fail(std::unique_ptr<Exchange> self, int status, std::string_view why, bool retryable);
+  void timed_out();
+  void answer_head();
+  void respond(Response r);
+  void respond_error(int status, std::string_view why);
+  void finish_body();
+
+  core::EventLoop& loop_;
+  std::string path_;
+  UpstreamPool* options_pool_;
+  UpstreamPool* pool_;  // null once it is retried on a fresh connection of its own
+  core::Timer timer_;   // until the response head
+  uint32_t timeout_ms_;
+  Call* call_ = nullptr;  // the client's side until the head is answered
+  Body* body_ = nullptr;  // then the stream that carries the body
+  http::StreamWriter* writer_ = nullptr;
+  std::string pending_body_;  // before the writer is there: bounded by one read's worth
+  Response pending_head_;     // built, not answered yet (head_waits_)
+  std::string content_type_;
+  std::optional<uint64_t> length_;       // the body's, from Content-Length
+  Response::HeaderList switch_headers_;  // of a 101
+  bool head_waits_ = false;              // a body of known length may be whole after this read
+  bool head_seen_ = false;
+  bool complete_ = false;
+};
+
+// Sends `ex`: pipelined behind the requests of this round on a pooled connection, or on an idle
+// pooled one, or on a new one.
+void dispatch(std::unique_ptr<ProxiedExchange> ex) {
+  ex->timer_.arm_after(ex->timeout_ms_);
+  UpstreamPool* pool = ex->pool_;
+  if (pool && ex->pipelinable) {
+    if (UpstreamConnection* c = pool->joinable(ex->path_)) {
+      ex->reused = true;  // a connection that fails before answering it: sent again (fail)
+      ++pool->stats().pipelined;
+      c->push(std::move(ex));
+      return;
+    }
+  }
+  std::unique_ptr<UpstreamConnection> c;
+  if (pool) c = pool->take(ex->path_);
+  ex->reused = c != nullptr;
+  if (!c) {
+    auto opened = UpstreamConnection::open(ex->loop_, ex->path_, pool);
+    if (!opened.conn) {
+      ex->never_sent = opened.unreachable;
+      ProxiedExchange* e = ex.get();
+      return e->fail(std::move(ex), 502, opened.why, opened.unreachable);
+    }
+    c = std::move(opened.conn);
+  }
+  c.release()->push(std::move(ex));  // a busy connection owns itself (upstream_connection.h)
+}
+
+// The route's deferred response: starts the exchange, finds the upstream first (proxy_found),
+// and holds the exchange while a retry waits for the next loop round.
+class Call final : public http::DeferredProducer {
+ public:
+  Call(std::unique_ptr<ProxiedExchange> ex, UpstreamFinder find, bool idempotent)
+      : ex_(ex.get()), waiting_(std::move(ex)), find_(std::move(find)), idempotent_(idempotent) {
+    ex_->call_ = this;
+  }
+  ~Call() override {
+    if (ex_) ex_->unlink_call();
+    if (pending_) pending_->call = nullptr;
+  }
+  void start(http::Responder& r) override {
+    responder = &r;
+    if (find_) return attempt();
+    dispatch(std::move(waiting_));
+  }
+  void on_abort() override {
+    responder = nullptr;
+    if (ex_) ex_->abort();
+  }
+
+  // An idempotent request, or one that never left (the connect failed), is tried once more
+  // after finding the upstream again (the finder then starts a new worker).
+  bool may_find_again(bool never_sent) const {
+    return find_ && !retried_ && (idempotent_ || never_sent);
+  }
+  // `ex` goes out again next round: on a fresh connection, or after finding the upstream again.
+  void again(std::unique_ptr<ProxiedExchange> ex, bool find);
+  void unlink_exchange() { ex_ = nullptr; }
+
+  http::Responder* responder = nullptr;  // until the response starts
+
+ private:
+  // What a step that may come after the call is gone (the finder's answer, a retry next round)
+  // finds of it. shared: the finder holds it as long as it likes.
+  struct Pending {
+    Call* call;
+  };
+  void attempt();
+  void found(std::string path, std::optional<Response> instead);
+  std::shared_ptr<Pending>& pending() {
+    if (!pending_) pending_ = std::make_shared<Pending>(Pending{this});
+    return pending_;
+  }
+
+  ProxiedExchange* ex_;                       // wherever it is; null once it is gone
+  std::unique_ptr<ProxiedExchange> waiting_;  // while the call holds it
+  UpstreamFinder find_;
+  std::shared_ptr<Pending> pending_;
+  bool idempotent_;
+  bool retried_ = false;
+};
+
+void Call::attempt() {
+  find_(
+      [p = pending()](std::string path, std::optional<Response> instead) {
+        if (p->call) p->call->found(std::move(path), std::move(instead));
+      },
+      retried_);
+}
+
+void Call::found(std::string path, std::optional<Response> instead) {
+  if (!responder || !waiting_) return;
+  if (instead) {
+    auto* r = responder;
+    responder = nullptr;
+    r->respond(std::move(*instead));
+    return;
+  }
+  waiting_->set_path(std::move(path));
+  dispatch(std::move(waiting_));
+}
+
+void Call::again(std::unique_ptr<ProxiedExchange> ex, bool find) {
+  ex->reset(!find);
+  waiting_ = std::move(ex);
+  if (find) retried_ = true;
+  waiting_->loop().defer([p = pending(), find] {
+    Call* call = p->call;
+    if (!call || !call->responder || !call->waiting_) return;
+    if (find) return call->attempt();
+    dispatch(std::move(call->waiting_));
+  });
+}
+
+// The body of a streamed response (chunked, until close, or not whole in the head's read).
+class Body final : public http::StreamProducer {
+ public:
+  explicit Body(ProxiedExchange* ex) : ex_(ex) {}
+  ~Body() override { drop(); }
+  void on_start(http::StreamWriter& w) override {
+    if (ex_) ex_->attach_writer(&w);
+  }
+  void on_writable(http::StreamWriter&) override {
+    if (ex_) ex_->resume();
+  }
+  void on_abort() override { drop(); }
+  void unlink_exchange() { ex_ = nullptr; }
+
+ private:
+  void drop() {
+    if (!ex_) return;
+    auto* ex = ex_;
+    ex_ = nullptr;
+    ex->unlink_body();
+    ex->abort();
+  }
+  ProxiedExchange* ex_;
+};
+
+ProxiedExchange::~ProxiedExchange() {
+  if (call_) call_->unlink_exchange();
+  if (body_) body_->unlink_exchange();
+}
+
+void ProxiedExchange::reset(bool fresh_connection) {
+  timer_.cancel();
+  reused = got_bytes = false;
+  if (fresh_connection) {
+    pool_ = nullptr;  // a pooled connection the upstream had closed: a fresh one, not pooled
+  } else {
+    pool_ = options_pool_;
+    never_sent = discard = head_seen_ = false;
+  }
+}
+
+void ProxiedExchange::abort() {
+  if (call_) {
+    call_->unlink_exchange();
+    call_ = nullptr;
+  }
+  if (body_) {
+    body_->unlink_exchange();
+    body_ = nullptr;
+  }
+  writer_ = nullptr;
+  discard = true;
+  pending_body_.clear();
+  timer_.cancel();
+  if (conn) conn->abandon(*this, Loss{});
+}
+
+void ProxiedExchange::attach_writer(http::StreamWriter* w) {
+  writer_ = w;
+  if (!w) return abort();  // the client is gone
+  if (!pending_body_.empty()) {
+    std::string pending = std::move(pending_body_);
+    pending_body_.clear();
+    if (!writer_->write(pending) && conn) conn->pause_reading();
+  }
+  if (complete_) finish_body();
+}
+
+void ProxiedExchange::timed_out() {
+  // The first on its connection closes it (lost answers); one behind answers here and reads
+  // its response to nothing when it comes.
+  if (conn && conn->abandon(*this, Loss{504, "upstream response timeout", false})) return;
+  discard = true;
+  respond_error(504, "upstream response timeout");
+}
+
+void ProxiedExchange::lost(std::unique_ptr<Exchange> self, const Loss& loss) {
+  if (loss.status == 0 || discard) {
+    if (writer_) finish_body();  // cut short: chunked is terminated, a short length shows
+    loop_.destroy_later(std::move(self));
+    return;
+  }
+  fail(std::move(self), loss.status, loss.why, loss.retryable);
+}
+
+void ProxiedExchange::fail(std::unique_ptr<Exchange> self, int status, std::string_view why,
+                           bool retryable) {
+  timer_.cancel();
+  bool waiting = retryable && !head_seen_ && call_ && call_->responder;
+  if (waiting && reused && !got_bytes) {
+    // A pooled connection the upstream had closed (or the one it was pipelined on failed): the
+    // request never got an answer. Again, on a fresh connection (whatever the method).
+    return call_->again(
+        std::unique_ptr<ProxiedExchange>(static_cast<ProxiedExchange*>(self.release())), false);
+  }
+  if (waiting && call_->may_find_again(never_sent)) {
+    return call_->again(
+        std::unique_ptr<ProxiedExchange>(static_cast<ProxiedExchange*>(self.release())), true);
+  }
+  discard = true;
+  respond_error(status, why);
+  loop_.destroy_later(std::move(self));
+}
+
+void ProxiedExchange::on_head(ResponseHead& head) {
+  if (head.status == 101) {  // a requested switch: answered with its socket (on_switch)
+    switch_headers_ = std::move(head.headers);
+    return;
+  }
+  head_seen_ = true;
+  timer_.cancel();
+  Response r;
+  r.status = head.status;
+  // Filtered while read already, except for an upgrade request, which kept them all for a 101
+  // that did not come.
+  for (auto& [k, v] : head.headers)
+    if (!dropped_response_header(k)) r.headers.emplace_back(std::move(k), std::move(v));
+  head.headers.clear();
+  bool no_body = head_request || r.status == 204 || r.status == 304;
+  if (no_body) {
+    r.set_content_type(std::move(head.content_type));
+    if (head_request && head.content_length)
+      r.header("Content-Length", std::to_string(*head.content_length));
+    return respond(std::move(r));
+  }
+  pending_head_ = std::move(r);
+  content_type_ = std::move(head.content_type);
+  if (head.content_length) {
+    length_ = head.content_length;
+    // A body of known length often came in the same read as the head: see after this read
+    // (on_read) whether it is whole, and answer it as plain bytes if so.
+    head_waits_ = true;
+    return;
+  }
+  answer_head();  // chunked or until close: streamed
+}
+
+void ProxiedExchange::on_body(std::string_view data) {
+  if (discard) return;
+  if (writer_) {
+    if (!writer_->write(data) && conn) conn->pause_reading();
+  } else {
+    pending_body_.append(data);  // before on_start: kept, bounded by one read's worth
+  }
+}
+
+void ProxiedExchange::on_read(bool complete) {
+  complete_ = complete;
+  if (head_waits_) answer_head();
+}
+
+void ProxiedExchange::on_end() {
+  complete_ = true;
+  if (writer_) finish_body();
+}
+
+// The head is in; the body is whole (one response) or still coming (a stream that carries it,
+// with backpressure).
+void ProxiedExchange::answer_head() {
+  head_waits_ = false;
+  Response r = std::move(pending_head_);
+  if (discard) return;
+  if (complete_) {
+    Response whole = Response::bytes(std::move(pending_body_), {}, r.status);
+    if (content_type_.empty()) {
+      whole.set_content_type_static("application/octet-stream");
+    } else {
+      whole.set_content_type(std::move(content_type_));
+    }
+    whole.headers = std::move(r.headers);
+    return respond(std::move(whole));
+  }
+  if (conn) conn->rescue_behind();  // a stream: nothing pipelined waits for its end
+  auto body = std::make_unique<Body>(this);
+  body_ = body.get();
+  std::string_view type =
+      content_type_.empty() ? std::string_view("application/octet-stream") : content_type_;
+  auto stream = Response::stream(std::move(body), type, length_);
+  stream.status = r.status;
+  stream.headers = std::move(r.headers);
+  respond(std::move(stream));
+}
+
+// 101 from the upstream: the client gets the same 101 and both sockets are relayed.
+void ProxiedExchange::on_switch(core::UniqueFd upstream, std::string leftover) {
+  timer_.cancel();
+  head_seen_ = true;
+  Response r =
+      Response::upgrade(std::make_unique<RelayUpgrade>(std::move(upstream), std::move(leftover)));
+  for (auto& [k, v] : switch_headers_) {
+    if (iequals(k, "date") || iequals(k, "server") || iequals(k, "content-length")) continue;
+    r.headers.emplace_back(std::move(k), std::move(v));
+  }
+  respond(std::move(r));
+}
+
+void ProxiedExchange::respond(Response r) {
+  if (!call_ || !call_->responder) return;
+  auto* responder = call_->responder;
+  call_->responder = nullptr;
+  call_->unlink_exchange();  // the call is done (the connection destroys it after the round)
+  call_ = nullptr;
+  responder->respond(std::move(r));
+}
+
+void ProxiedExchange::respond_error(int status, std::string_view why) {
+  if (call_ && call_->responder) {
+    auto r = Response::status_only(status);
+    r.header("Corral-Proxy-Error", std::string(why));
+    respond(std::move(r));
+  } else if (writer_) {
+    finish_body();
+  }
+}
+
+void ProxiedExchange::finish_body() {
+  auto* w = writer_;
+  writer_ = nullptr;
+  if (w) w->end();
+}
+
+}  // namespace
+
+Response proxy_to(Request& req, std::string unix_path, ProxyOptions options) {
+  if (!req.loop) return Response::status_only(502);
+  if (options.pool) ++options.pool->stats().requests;
+  auto ex = std::make_unique<ProxiedExchange>(
+      *req.loop, prepare_request(req, options), options.response_timeout_ms,
+      req.method == Method::kHead, is_upgrade(req), options.pool, pipelinable(req));
+  ex->set_path(std::move(unix_path));
+  return Response::deferred(std::make_unique<Call>(std::move(ex), nullptr, false));
+}
+
+Response proxy_found(Request& req, UpstreamFinder find, ProxyOptions options) {
+  if (!req.loop) return Response::status_only(502);
+  if (options.pool) ++options.pool->stats().requests;
+  auto ex = std::make_unique<ProxiedExchange>(
+      *req.loop, prepare_request(req, options), options.response_timeout_ms,
+      req.method == Method::kHead, is_upgrade(req), options.pool, pipelinable(req));
+  bool idempotent =
+      req.method == Method::kGet || req.method == Method::kHead || req.method == Method::kOptions;
+  return Response::deferred(std::make_unique<Call>(std::move(ex), std::move(find), idempotent));
+}
+
+}  // namespace corral::proxy

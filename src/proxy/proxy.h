@@ -1,0 +1,56 @@
+// A reverse proxy to an HTTP/1.1 upstream on a Unix socket (a worker's socket): the route returns
+// proxy_to(req, path) and the response is the upstream's, streamed back with backpressure (the
+// upstream is not read while the client's queue is full). Hop-by-hop headers are dropped both
+// ways; `Corral-*` headers from the client are removed and the proxy's own are added, so the
+// upstream can trust them (only the proxy reaches its socket). `Expect` is not passed on (the
+// front answers the client's 100-continue itself and has the whole body before the route runs),
+// and an upstream's interim responses (1xx other than a requested 101) are read past: the client
+// gets the final response.
+//
+// Without a pool: one upstream connection per request (`Connection: close`). With one
+// (ProxyOptions::pool): keep-alive connections, the requests of one loop round written together,
+// and GET/HEAD pipelined behind each other (UpstreamConnection, docs/worker-protocol.md).
+// Errors: the upstream cannot be reached or closes before its head: 502; no head within
+// response_timeout: 504. The parts: pool.h (idle connections, the round's batch),
+// upstream_connection.h (a connection and its queue of exchanges), response_reader.h (the
+// sans-IO response reader), relay.h (upgraded connections); this file rewrites the request,
+// retries and answers.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "http/request.h"
+#include "http/response.h"
+#include "proxy/pool.h"
+
+namespace corral::proxy {
+
+struct ProxyOptions {
+  // null: one connection per request (Connection: close). Else keep-alive connections, and a
+  // GET or HEAD without a body may be pipelined behind others of the same loop round.
+  UpstreamPool* pool = nullptr;
+  std::string extra_headers;  // added to the request: "Name: value\r\n" lines (add_header)
+  ProxyOptions& add_header(std::string_view name, std::string_view value) {
+    extra_headers.append(name).append(": ").append(value).append("\r\n");
+    return *this;
+  }
+  uint32_t response_timeout_ms = 60'000;  // until the upstream's response head
+  std::string target;  // the request target the upstream sees; empty: the client's
+};
+
+http::Response proxy_to(http::Request& req, std::string unix_path, ProxyOptions options = {});
+
+// The upstream is found asynchronously (a worker that may have to start first): `find` is called
+// when the response starts and answers once, with the upstream's socket path, or with the
+// response to send instead (503 for a failed worker, 403, ...). The request is prepared at once
+// (its bytes copied), so the route's Request may be gone by the time `find` answers.
+using UpstreamAnswer = std::function<void(std::string path, std::optional<http::Response> instead)>;
+// `again`: this request's previous upstream could not be reached or went away before answering
+// (then a finder that caches should look afresh).
+using UpstreamFinder = std::function<void(UpstreamAnswer answer, bool again)>;
+http::Response proxy_found(http::Request& req, UpstreamFinder find, ProxyOptions options = {});
+
+}  // namespace corral::proxy
