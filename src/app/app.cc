@@ -96,13 +96,12 @@ core::Result<std::string> state_directory(const std::string& configured) {
   return dir;
 }
 
-// TODO(workerpath): `log` goes to add_proxy_routes (authorize_failed) once its authorize wiring
-// (workers: "authorize wired end to end") is merged; until then nothing logs from the routes.
-core::Result<void> build_site(Options& options, [[maybe_unused]] core::Logger& log,
+// `log` is where the proxy routes say `authorize_failed` (a kind's authorize hook threw).
+core::Result<void> build_site(Options& options, core::Logger& log,
                               const std::function<void(http::SiteBuilder&)>& routes) {
   http::SiteBuilder builder;
   auto slot = std::make_shared<workers::ResolverSlot>();
-  if (!options.kinds.empty()) workers::add_proxy_routes(builder, options.kinds, slot);
+  if (!options.kinds.empty()) workers::add_proxy_routes(builder, options.kinds, slot, log);
   if (routes) routes(builder);
   auto site = builder.build();
   if (!site) return core::Error{site.error().code, site.error().reason};

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "workers/link_codec.h"
+
 namespace corral::app {
 
 Http3Companion::Http3Companion(std::unique_ptr<quic::Http3Server> h3, core::EventLoop& loop,
@@ -17,8 +19,11 @@ Http3Companion::Http3Companion(std::unique_ptr<quic::Http3Server> h3, core::Even
 
 void Http3Companion::report() {
   // {"type":"report","quic":{...}}: what GET /processes shows of the process's HTTP/3.
-  if (slot_->resolver)
-    slot_->resolver->report(nlohmann::json{{"type", "report"}, {"quic", h3_->stats_json()}}.dump());
+  if (slot_->resolver) {
+    workers::link::Report message;
+    message.fields["quic"] = h3_->stats_json();
+    slot_->resolver->report(workers::link::encode(message));
+  }
   report_.arm_after(1000);
 }
 

@@ -2,30 +2,10 @@
 
 #include <set>
 
-#include "core/escape.h"
+#include "workers/link_codec.h"
 #include "workers/link_guard.h"
 
 namespace corral::workers {
-
-namespace {
-
-// Typed fields of a link message, never throwing on a wrong type (nlohmann's value() does).
-std::string string_field(const nlohmann::json& m, const char* key) {
-  auto it = m.find(key);
-  return it != m.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-uint64_t id_field(const nlohmann::json& m) {
-  auto it = m.find("id");
-  return it != m.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
-}
-// An address's wire form back to its bytes; nullopt for a malformed one.
-std::optional<std::string> address_field(const nlohmann::json& m) {
-  std::string address;
-  if (!core::wire_decode(string_field(m, "address"), address)) return std::nullopt;
-  return address;
-}
-
-}  // namespace
 
 void serve_link(core::MessageLink& link, Manager** manager, int slot,
                 std::shared_ptr<ProcessReports> reports) {
@@ -52,45 +32,37 @@ void serve_link(core::MessageLink& link, Manager** manager, int slot,
       bool serving =
           e.is_object() && e.value("status", "") == "running" && !e.value("suspended", false);
       if (serving || !st->link || !st->resolved.erase(a)) return;
-      st->link->send(nlohmann::json{{"type", "forget"}, {"address", core::wire_encode(a)}}.dump());
+      st->link->send(link::encode(link::Forget{a}));
     });
   };
-  link.on_message = [st, manager, slot, reports, remember](std::string_view message) {
+  link.on_message = [st, manager, slot, reports, remember](std::string_view text) {
     guarded("supervisor", [&] {
-      auto m = nlohmann::json::parse(message, nullptr, false);
-      if (!m.is_object()) return;
-      std::string type = string_field(m, "type");
-      if (type == "report") {
+      auto decoded = link::decode(text);
+      if (!decoded) return;  // not a message: dropped
+      link::Message& message = decoded.value();
+      if (auto* report = std::get_if<link::Report>(&message)) {
         if (reports) {
-          m.erase("type");
           auto& last = reports->by_slot[slot];
           if (!last.is_object()) last = nlohmann::json::object();
-          last.update(m);  // "quic" and "proxy" come in separate reports
+          last.update(report->fields);  // "quic" and "proxy" come in separate reports
         }
         return;
       }
-      if (type != "resolve") return;
-      uint64_t id = id_field(m);
-      auto decoded = address_field(m);
-      std::string address = decoded.value_or(std::string());
+      auto* resolve = std::get_if<link::Resolve>(&message);
+      if (!resolve) return;
+      uint64_t id = resolve->id;
+      std::string address = resolve->address.value_or(std::string());
       auto reply = [st, id, address, remember](const Resolution& r) {
         if (!st->link) return;
-        // Answered from the manager's deferred callbacks, outside any guard: a dump that cannot
-        // throw (a socket path or a public error that is not UTF-8 is written with U+FFFD).
-        constexpr auto kReplace = nlohmann::json::error_handler_t::replace;
+        // Answered from the manager's deferred callbacks, outside any guard: encode cannot throw.
         if (r.ok()) {
           remember(address);
-          st->link->send(
-              nlohmann::json{{"type", "resolved"}, {"id", id}, {"socket", r.socket_path}}.dump(
-                  -1, ' ', false, kReplace));
+          st->link->send(link::encode(link::Resolved{id, r.socket_path}));
         } else {
-          nlohmann::json refused = {
-              {"type", "refused"}, {"id", id}, {"status", r.status}, {"error", r.error}};
-          if (r.retry_after_s > 0) refused["retryAfter"] = r.retry_after_s;
-          st->link->send(refused.dump(-1, ' ', false, kReplace));
+          st->link->send(link::encode(link::Refused{id, r.status, r.error, r.retry_after_s}));
         }
       };
-      if (!decoded) {
+      if (!resolve->address) {
         reply({{}, 400, {{"message", "Not a worker address."}, {"code", "bad_address"}}});
         return;
       }

@@ -71,6 +71,10 @@
 #include "core/result.h"
 #include "workers/launcher.h"
 
+namespace corral::http {
+class Router;
+}
+
 namespace corral::workers {
 
 struct KindConfig {
@@ -87,9 +91,13 @@ struct KindConfig {
   size_t max_workers = 0;  // live workers of this kind; 0: only the manager's bound
   // The start data, called before each start (on the loop; a throw fails the start).
   std::function<nlohmann::json(std::string_view address)> start_hook;
-  // May `principal` (nullopt: anonymous) reach `address`? Refusal: 403 before anything starts.
-  std::function<bool(const std::optional<std::string>& principal, std::string_view address)>
-      authorize;
+  // May `principal` (nullopt: anonymous) reach `address`? Called by the server process's proxy
+  // route (workers/proxy_routes.h), after the site's authenticators and before the resolve
+  // message: a refusal or a throw is a 403 and nothing starts. The site is built before the fork,
+  // so the hook is in every server process; it runs on the process's loop and must not block.
+  using Authorize =
+      std::function<bool(const std::optional<std::string>& principal, std::string_view address)>;
+  Authorize authorize;
 };
 
 struct ManagerOptions {
@@ -143,7 +151,8 @@ std::string lock_file_name(std::string_view address);
 class Manager {
  public:
   // Creates <state>/sockets, locks and logs (0700) and validates the kinds (names, commands,
-  // route patterns); the error names the problem.
+  // route patterns: the HTTP router's syntax, any method, a {param}; no two kinds on one shape);
+  // the error names the problem.
   static core::Result<std::unique_ptr<Manager>> create(core::EventLoop& loop, core::Logger& log,
                                                        ManagerOptions options,
                                                        std::unique_ptr<Launcher> launcher);
@@ -154,9 +163,8 @@ class Manager {
   // Answers `cb` (possibly before returning) with the address's socket once its worker is ready,
   // starting it if needed, or with the public error.
   void resolve(const std::string& address, ResolveCallback cb);
-  // The kind's authorize hook (true without one; a throwing hook refuses and logs).
-  bool authorize(const std::optional<std::string>& principal, std::string_view address);
-  // The address for a request path, from the kinds' route patterns; nullopt when none matches.
+  // The address for a request path, from the kinds' route patterns matched by an http::Router
+  // (the matcher the proxy routes' site uses); nullopt when none matches.
   std::optional<std::string> address_for(std::string_view path) const;
 
   // Control operations; false when they do not apply (unknown kind, or nothing to act on).
@@ -232,6 +240,7 @@ class Manager {
   ManagerOptions options_;
   std::unique_ptr<Launcher> launcher_;
   std::vector<std::unique_ptr<Kind>> kinds_;
+  std::unique_ptr<http::Router> router_;  // every kind's routes (manager_config.cc)
   std::map<std::string, std::unique_ptr<Slot>, std::less<>> slots_;
   std::map<std::string, core::UniqueFd, std::less<>> log_fds_;
   std::map<std::string, uint64_t, std::less<>> recoveries_;  // address -> last lost-link recovery

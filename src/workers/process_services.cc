@@ -1,6 +1,6 @@
 #include "workers/process_services.h"
 
-#include <nlohmann/json.hpp>
+#include "workers/link_codec.h"
 
 namespace corral::workers {
 
@@ -23,15 +23,12 @@ ProcessServices::~ProcessServices() {
 }
 
 void ProcessServices::send_report() {
-  resolver_.report(nlohmann::json{{"type", "report"},
-                                  {"proxy",
-                                   {{"requests", pool_.stats().requests},
-                                    {"resolves", resolver_.sent()},
-                                    {"cached", resolver_.cached()},
-                                    {"idle_upstreams", pool_.idle()},
-                                    {"pipelined", pool_.stats().pipelined},
-                                    {"rescued", pool_.stats().rescued}}}}
-                       .dump());
+  link::Report report;
+  report.fields["proxy"] = {
+      {"requests", pool_.stats().requests},   {"resolves", resolver_.sent()},
+      {"cached", resolver_.cached()},         {"idle_upstreams", pool_.idle()},
+      {"pipelined", pool_.stats().pipelined}, {"rescued", pool_.stats().rescued}};
+  resolver_.report(link::encode(report));
 }
 
 }  // namespace corral::workers

@@ -1,44 +1,89 @@
 #include "workers/proxy_routes.h"
 
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <exception>
+#include <typeinfo>
+
 #include "core/escape.h"
 #include "ws/handshake.h"
 
 namespace corral::workers {
 
+namespace {
+
+// The exception's type as the code names it ("std::runtime_error"): what the log may say of a
+// hook's failure (its message may carry what the hook saw, for the application's own log).
+std::string type_name(const std::type_info& type) {
+  int status = 0;
+  char* name = abi::__cxa_demangle(type.name(), nullptr, nullptr, &status);
+  std::string out = status == 0 && name ? name : type.name();
+  std::free(name);
+  return out;
+}
+
+}  // namespace
+
+bool authorize_request(const KindConfig::Authorize& hook, std::string_view kind,
+                       const http::Request& req, std::string_view address, core::Logger& log) {
+  if (!hook) return true;
+  std::optional<std::string> principal;
+  if (req.principal) principal = req.principal->id;
+  try {
+    return hook(principal, address);
+  } catch (const std::exception& e) {
+    log.error("authorize_failed", "kind={} address=\"{}\" error_type=\"{}\"", kind,
+              core::wire_encode(address), type_name(typeid(e)));
+  } catch (...) {
+    log.error("authorize_failed", "kind={} address=\"{}\" error_type=\"unknown\"", kind,
+              core::wire_encode(address));
+  }
+  return false;
+}
+
 void add_proxy_routes(http::SiteBuilder& site, const std::vector<KindConfig>& kinds,
-                      std::shared_ptr<ResolverSlot> slot) {
+                      std::shared_ptr<ResolverSlot> slot, core::Logger& log) {
   for (const auto& kind : kinds) {
     for (const auto& pattern : kind.routes) {
-      site.route(pattern, [slot, name = kind.name](http::Request& req) -> http::Response {
-        std::string address = name;
-        for (const auto& p : req.params) address.append(":").append(p.value);
-        if (!slot->resolver) return error_response(503, {{"message", "workers are not available"}});
-        // A WebSocket upgrade passes the ws component's checks (Origin above all) before it is
-        // relayed to the worker, which answers the handshake itself.
-        if (req.header("upgrade")) {
-          auto h = ws::check_handshake(req, {});
-          if (h.status) return ws::refusal(h);
-        }
-        proxy::ProxyOptions options;
-        options.pool = slot->pool;
-        options.target = "/" + req.wildcard;
-        if (!req.query.empty()) options.target.append("?").append(req.query);
-        options.extra_headers.reserve(96);
-        options.add_header("Corral-Remote-Address", req.remote_address)
-            .add_header("Corral-Address", core::wire_encode(address));
-        if (req.principal) options.add_header("Corral-Principal", req.principal->id);
-        // The worker sees the part of the path the route's '*' matched ("/doc/42/edit" with
-        // "/doc/{id}/*" -> "/edit"), with the query: its routes are relative to its address.
-        LinkResolver* resolver = slot->resolver;
-        return proxy::proxy_found(
-            req,
-            [resolver, address](proxy::UpstreamAnswer answer, bool again) {
-              // Again: the socket it gave last time did not answer (a stale cached path to a
-              // stopped worker, or one that went away): ask the supervisor, not the cache.
-              resolver->resolve(address, std::move(answer), again);
-            },
-            std::move(options));
-      });
+      site.route(
+          pattern,
+          [slot, name = kind.name, authorize = kind.authorize,
+           &log](http::Request& req) -> http::Response {
+            std::string address = name;
+            for (const auto& p : req.params) address.append(":").append(p.value);
+            // Before the resolve message: a refused request starts nothing (the principal is known
+            // here, after the site's authenticators; the supervisor never sees it).
+            if (!authorize_request(authorize, name, req, address, log))
+              return error_response(403, {{"message", "Not allowed."}, {"code", "forbidden"}});
+            if (!slot->resolver)
+              return error_response(503, {{"message", "workers are not available"}});
+            // A WebSocket upgrade passes the ws component's checks (Origin above all) before it is
+            // relayed to the worker, which answers the handshake itself.
+            if (req.header("upgrade")) {
+              auto h = ws::check_handshake(req, {});
+              if (h.status) return ws::refusal(h);
+            }
+            proxy::ProxyOptions options;
+            options.pool = slot->pool;
+            options.target = "/" + req.wildcard;
+            if (!req.query.empty()) options.target.append("?").append(req.query);
+            options.extra_headers.reserve(96);
+            options.add_header("Corral-Remote-Address", req.remote_address)
+                .add_header("Corral-Address", core::wire_encode(address));
+            if (req.principal) options.add_header("Corral-Principal", req.principal->id);
+            // The worker sees the part of the path the route's '*' matched ("/doc/42/edit" with
+            // "/doc/{id}/*" -> "/edit"), with the query: its routes are relative to its address.
+            LinkResolver* resolver = slot->resolver;
+            return proxy::proxy_found(
+                req,
+                [resolver, address](proxy::UpstreamAnswer answer, bool again) {
+                  // Again: the socket it gave last time did not answer (a stale cached path to a
+                  // stopped worker, or one that went away): ask the supervisor, not the cache.
+                  resolver->resolve(address, std::move(answer), again);
+                },
+                std::move(options));
+          });
     }
   }
 }

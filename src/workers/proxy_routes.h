@@ -1,7 +1,8 @@
 // The routes in each server process that proxy a worker kind's paths to the address's worker:
 // for every kind's route pattern, any method; the address is "<kind>:<param>[:<param>...]" (the
 // pattern's parameters, percent-decoded by the router). The worker socket comes from the
-// process's LinkResolver, the connection from its upstream pool (proxy/proxy.h).
+// process's LinkResolver, the connection from its upstream pool (proxy/proxy.h). A kind's
+// authorize hook decides here, where the request's principal is known.
 //
 // Lifetime: the routes are built into the site before the fork and hold the ResolverSlot; each
 // server process's ProcessServices fills the slot once its loop exists. Single-threaded.
@@ -10,6 +11,8 @@
 #include <memory>
 #include <vector>
 
+#include "core/log.h"
+#include "http/request.h"
 #include "http/site.h"
 #include "proxy/proxy.h"
 #include "workers/manager.h"
@@ -24,8 +27,17 @@ struct ResolverSlot {
   proxy::UpstreamPool* pool = nullptr;  // keep-alive connections to this process's workers
 };
 
-// Routes for every kind's patterns (KindConfig::routes).
+// Routes for every kind's patterns (KindConfig::routes). Each route keeps its kind's authorize
+// hook: a request it refuses (or that makes it throw) is answered 403 {"error":{"message",
+// "code":"forbidden"}} before anything is resolved. `log` (authorize_failed lines) outlives the
+// site.
 void add_proxy_routes(http::SiteBuilder& site, const std::vector<KindConfig>& kinds,
-                      std::shared_ptr<ResolverSlot> slot);
+                      std::shared_ptr<ResolverSlot> slot, core::Logger& log);
+
+// `hook` (the kind's KindConfig::authorize; empty: everyone may) for the request's principal and
+// `address`. A throwing hook refuses: logged as `authorize_failed` with the kind, the address (its
+// wire form) and the exception's type, never its text, which may carry what the hook saw.
+bool authorize_request(const KindConfig::Authorize& hook, std::string_view kind,
+                       const http::Request& req, std::string_view address, core::Logger& log);
 
 }  // namespace corral::workers

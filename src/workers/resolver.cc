@@ -1,29 +1,9 @@
 #include "workers/resolver.h"
 
-#include "core/escape.h"
+#include "workers/link_codec.h"
 #include "workers/link_guard.h"
 
 namespace corral::workers {
-
-namespace {
-
-// Typed fields of a link message, never throwing on a wrong type (nlohmann's value() does).
-std::string string_field(const nlohmann::json& m, const char* key) {
-  auto it = m.find(key);
-  return it != m.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-uint64_t id_field(const nlohmann::json& m) {
-  auto it = m.find("id");
-  return it != m.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
-}
-// An address's wire form back to its bytes; nullopt for a malformed one.
-std::optional<std::string> address_field(const nlohmann::json& m) {
-  std::string address;
-  if (!core::wire_decode(string_field(m, "address"), address)) return std::nullopt;
-  return address;
-}
-
-}  // namespace
 
 http::Response error_response(int status, const nlohmann::json& error, uint32_t retry_after_s) {
   nlohmann::json e = error.is_object() ? error : nlohmann::json{{"message", "unavailable"}};
@@ -45,33 +25,27 @@ LinkResolver::LinkResolver(core::EventLoop& loop, core::UniqueFd fd)
   };
 }
 
-void LinkResolver::on_message(std::string_view message) {
-  auto m = nlohmann::json::parse(message, nullptr, false);
-  if (!m.is_object()) return;
-  std::string type = string_field(m, "type");
-  if (type == "forget") {  // the address's worker stopped, failed or is suspended
-    if (auto address = address_field(m)) cache_.erase(*address);
+void LinkResolver::on_message(std::string_view text) {
+  auto decoded = link::decode(text);
+  if (!decoded) return;  // not a message: dropped (the supervisor only sends messages)
+  link::Message& message = decoded.value();
+  if (auto* forget = std::get_if<link::Forget>(&message)) {
+    cache_.erase(forget->address);  // the address's worker stopped, failed or is suspended
     return;
   }
-  auto it = pending_.find(id_field(m));
+  auto* resolved = std::get_if<link::Resolved>(&message);
+  auto* refused = std::get_if<link::Refused>(&message);
+  if (!resolved && !refused) return;
+  auto it = pending_.find(resolved ? resolved->id : refused->id);
   if (it == pending_.end()) return;
   auto [address, answer] = std::move(it->second);
   pending_.erase(it);
-  if (type == "resolved") {
-    std::string path = string_field(m, "socket");
+  if (resolved) {
     if (cache_.size() >= kCacheMax) cache_.clear();  // bounded: entries are cheap to get back
-    cache_[address] = {path, loop_.now() + kCacheMs};
-    answer(std::move(path), std::nullopt);
+    cache_[address] = {resolved->socket, loop_.now() + kCacheMs};
+    answer(std::move(resolved->socket), std::nullopt);
   } else {
-    auto status = m.find("status");
-    auto error = m.find("error");
-    auto retry_after = m.find("retryAfter");
-    answer({}, error_response(
-                   status != m.end() && status->is_number_integer() ? status->get<int>() : 503,
-                   error != m.end() ? *error : nlohmann::json(),
-                   retry_after != m.end() && retry_after->is_number_unsigned()
-                       ? retry_after->get<uint32_t>()
-                       : 0));
+    answer({}, error_response(refused->status, refused->error, refused->retry_after_s));
   }
 }
 
@@ -88,9 +62,7 @@ void LinkResolver::resolve(const std::string& address, Answer answer, bool fresh
   uint64_t id = next_id_++;
   pending_.emplace(id, std::make_pair(address, std::move(answer)));
   ++sent_;
-  link_.send(
-      nlohmann::json{{"type", "resolve"}, {"id", id}, {"address", core::wire_encode(address)}}
-          .dump());
+  link_.send(link::encode(link::Resolve{id, address}));
 }
 
 }  // namespace corral::workers

@@ -1,7 +1,7 @@
 // LinkResolver: the server process's end of its link to the supervisor. A proxied request asks
 // it for its address's worker socket; it answers from a small cache or sends a `resolve` message
 // and answers when the supervisor does (`resolved` or `refused`). The supervisor's end is
-// workers/link_server.h; the messages are specified there.
+// workers/link_server.h; both speak workers/link_codec.h, whose header specifies the messages.
 //
 // Lifetime: one per server process, owned by its ProcessServices, on the process's loop; answers
 // still pending when the link closes get a 503. Single-threaded.
@@ -38,6 +38,11 @@ class LinkResolver {
   static constexpr size_t kCacheMax = 4096;
 
   LinkResolver(core::EventLoop& loop, core::UniqueFd fd);
+  // Pending answers are dropped, not called: the link's own destructor would otherwise answer
+  // them from members already destroyed (the process, and its requests, are going away).
+  ~LinkResolver() { link_.on_closed = nullptr; }
+  LinkResolver(const LinkResolver&) = delete;
+  LinkResolver& operator=(const LinkResolver&) = delete;
   void resolve(const std::string& address, Answer answer, bool fresh = false);
   // A report of this process's state to the supervisor (see ProcessServices).
   void report(std::string message) { link_.send(std::move(message)); }

@@ -1,0 +1,164 @@
+// The Manager's configuration: the options' validation (kinds, commands, route patterns in the
+// HTTP router's own syntax), the state directory, and address_for on the same router the
+// proxy routes use (http::Router): one matcher for a kind's paths.
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include <cerrno>
+
+#include "core/escape.h"
+#include "http/percent.h"
+#include "http/router.h"
+#include "workers/launcher.h"
+#include "workers/manager_impl.h"
+
+namespace corral::workers {
+
+using namespace detail;
+
+namespace {
+
+constexpr size_t kMaxKey = 256;
+
+core::Result<void> make_dir(const std::string& path, mode_t mode) {
+  if (::mkdir(path.c_str(), mode) < 0 && errno != EEXIST) return core::errno_error(path.c_str());
+  struct stat st;
+  if (::stat(path.c_str(), &st) < 0) return core::errno_error(path.c_str());
+  if (!S_ISDIR(st.st_mode)) return core::Error{ENOTDIR, path + " is not a directory"};
+  ::chmod(path.c_str(), mode);
+  return {};
+}
+
+// A kind's route pattern: the router's syntax (http::PathPattern says what it refuses), any method
+// (the proxy route answers every method), and at least one {param} for the address's key. After
+// the router's own validation a '{' can only open a {param}: a literal cannot hold one.
+core::Result<void> check_route(const std::string& kind, const std::string& pattern) {
+  std::string where = "workers." + kind + ".routes: \"" + pattern + "\"";
+  if (pattern.empty() || pattern[0] != '/')
+    return core::Error{EINVAL, where + " must start with '/' (a kind's routes answer any method)"};
+  if (auto p = http::PathPattern::parse(pattern); !p)
+    return core::Error{EINVAL, where + ": " + p.error().reason};
+  if (pattern.find('{') == std::string::npos)
+    return core::Error{EINVAL, where + " has no {param} to make the address's key"};
+  return {};
+}
+
+core::Result<void> check_kind(const KindConfig& cfg, const std::vector<KindConfig>& before) {
+  const std::string& name = cfg.name;
+  if (name.empty() || name.find_first_of(":/%") != std::string::npos)
+    return core::Error{EINVAL,
+                       "workers." + name + ": a kind name is non-empty, without ':', '/', '%'"};
+  for (const auto& k : before)
+    if (k.name == name) return core::Error{EINVAL, "workers." + name + ": defined twice"};
+  if (cfg.command.empty() && !cfg.in_process)
+    return core::Error{EINVAL, "workers." + name + ".command: empty"};
+  for (const auto& pattern : cfg.routes)
+    if (auto r = check_route(name, pattern); !r) return r;
+  return {};
+}
+
+// Every kind's routes in one router, each route's id its kind's index: the same matcher, and the
+// same conflicts, as the site the proxy routes are built into.
+core::Result<http::Router> kinds_router(const std::vector<KindConfig>& kinds) {
+  std::vector<http::RouteDef> defs;
+  for (size_t i = 0; i < kinds.size(); ++i)
+    for (const auto& pattern : kinds[i].routes) defs.push_back({pattern, i});
+  auto router = http::Router::build(std::move(defs));
+  if (!router) return core::Error{EINVAL, "workers: routes: " + router.error().reason};
+  return std::move(router.value());
+}
+
+}  // namespace
+
+std::string encode_address(std::string_view address) {
+  return http::percent_encode_name(address);
+}
+
+std::string lock_file_name(std::string_view address) {
+  return core::bounded_file_name(address, kMaxLockName) + ".lock";
+}
+
+core::Result<std::unique_ptr<Manager>> Manager::create(core::EventLoop& loop, core::Logger& log,
+                                                       ManagerOptions options,
+                                                       std::unique_ptr<Launcher> launcher) {
+  if (options.state_dir.empty())
+    return core::Error{EINVAL, "workers: the state directory is empty"};
+  while (options.state_dir.size() > 1 && options.state_dir.back() == '/')
+    options.state_dir.pop_back();
+  std::vector<KindConfig> checked;
+  for (const auto& cfg : options.kinds) {
+    if (auto r = check_kind(cfg, checked); !r) return r.error();
+    checked.push_back(cfg);
+  }
+  auto router = kinds_router(options.kinds);
+  if (!router) return router.error();
+  std::vector<std::unique_ptr<Kind>> kinds;
+  for (auto& cfg : options.kinds) {
+    auto kind = std::make_unique<Kind>();
+    if (cfg.max_workers == 0) cfg.max_workers = SIZE_MAX;
+    kind->config = std::move(cfg);
+    kind->index = kinds.size();
+    kinds.push_back(std::move(kind));
+  }
+  // A worker's socket path must fit sun_path (108 bytes with its NUL): long addresses get a
+  // bounded name, but even the shortest one needs this much room after the directory.
+  size_t socket_dir = options.state_dir.size() + sizeof("/sockets/") - 1;
+  if (socket_dir + core::kMinFileName >= sizeof(sockaddr_un::sun_path))
+    return core::Error{ENAMETOOLONG,
+                       fmt::format("workers: the state directory \"{}\" is {} bytes long: worker "
+                                   "sockets in it would not fit a Unix socket path ({} bytes); "
+                                   "use a state directory of at most {} bytes",
+                                   core::log_escaped(options.state_dir), options.state_dir.size(),
+                                   sizeof(sockaddr_un::sun_path) - 1,
+                                   sizeof(sockaddr_un::sun_path) - 1 - core::kMinFileName -
+                                       (sizeof("/sockets/") - 1))};
+  for (const char* sub : {"", "/sockets", "/locks", "/logs"}) {
+    if (auto r = make_dir(options.state_dir + sub, 0700); !r) return r.error();
+  }
+  if (!launcher) launcher = std::make_unique<ProcessLauncher>();
+  options.kinds.clear();
+  std::string basis = "configured";
+  if (options.max_starting == 0) options.max_starting = default_max_starting();
+  if (options.max_workers == 0) {
+    auto bound = default_max_workers();
+    options.max_workers = bound.value;
+    basis = std::move(bound.basis);
+  }
+  log.info("workers_bounds", "max_starting={} max_workers={} basis=\"{}\"", options.max_starting,
+           options.max_workers, basis);
+  std::unique_ptr<Manager> m(new Manager(loop, log, std::move(options), std::move(launcher)));
+  m->live_by_kind_.assign(kinds.size(), 0);
+  m->kinds_ = std::move(kinds);
+  m->router_ = std::make_unique<http::Router>(std::move(router.value()));
+  return m;
+}
+
+Manager::Manager(core::EventLoop& loop, core::Logger& log, ManagerOptions options,
+                 std::unique_ptr<Launcher> launcher)
+    : loop_(loop),
+      log_(log),
+      options_(std::move(options)),
+      launcher_(std::move(launcher)),
+      idle_check_(loop.timers(), [this] {
+        check_idle();
+        arm_idle_check();
+      }) {}
+
+std::optional<std::string> Manager::address_for(std::string_view path) const {
+  auto q = path.find_first_of("?#");
+  if (q != std::string_view::npos) path = path.substr(0, q);
+  // The route's kind and params, as the site's router gives them to the proxy route.
+  http::Request req;
+  auto match = router_->match(http::Method::kGet, "GET", path, req);
+  if (match.kind != http::Router::MatchKind::kFound) return std::nullopt;
+  std::string address = kinds_[match.id]->config.name;
+  size_t key = 0;
+  for (const auto& p : req.params) {
+    address.append(":").append(p.value);
+    key += p.value.size() + 1;
+  }
+  if (key > kMaxKey + 1) return std::nullopt;  // the key: the params and the ':'s between
+  return address;
+}
+
+}  // namespace corral::workers

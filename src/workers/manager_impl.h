@@ -1,0 +1,142 @@
+// Internal to the workers component: the Manager's private types (a kind, an address's slot, a
+// worker process and its output readers) and the helpers the Manager's files share. The Manager is
+// split by job: manager.cc the lifecycle (start, messages, failure, idle, stop, close),
+// manager_config.cc the options' validation and the route patterns, manager_bounds.cc the bounds
+// and eviction, manager_state.cc the state entries and their watchers. Not an API: only those
+// files include it. Lifetime and threading are the Manager's (workers/manager.h).
+#pragma once
+
+#include <sys/types.h>
+
+#include <ctime>
+#include <list>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/event_loop.h"
+#include "core/log.h"
+#include "core/timer_wheel.h"
+#include "core/unique_fd.h"
+#include "http/router.h"
+#include "workers/manager.h"
+
+namespace corral::workers {
+
+namespace detail {
+
+// File names for an address (core::bounded_file_name): a lock's is the same in every manager on
+// the state directory whatever its path is spelled like, a socket's fits sun_path.
+constexpr size_t kMaxLockName = 200;
+// What a start refused by the bounds tells the client: try again in a second (a worker slot frees
+// as soon as one of the running workers goes idle or exits).
+constexpr uint32_t kRetryAfterS = 1;
+
+inline nlohmann::json public_error(std::string_view message, std::string_view code) {
+  return {{"message", message}, {"code", code}};
+}
+
+inline std::string iso8601(time_t t) {
+  char buf[32];
+  size_t n = core::format_iso8601(t, buf);
+  return std::string(buf, n);
+}
+
+}  // namespace detail
+
+struct Manager::Kind {
+  KindConfig config;
+  size_t index = 0;  // in kinds_ (and live_by_kind_); its routes' id in router_
+};
+
+struct Manager::OutputReader final : core::IoHandler {
+  Manager* m = nullptr;
+  Worker* w = nullptr;
+  bool is_err = false;
+  core::UniqueFd fd;
+  std::string partial;
+
+  // Not after the worker's exit: an event of the same epoll round as its pidfd's may still come,
+  // and its slot may be gone by then.
+  void on_io(uint32_t) override;
+  // One read; false once the pipe is at EOF (and closed).
+  bool read_some();
+  void drain() {
+    for (int i = 0; i < 64 && fd && read_some();) ++i;  // bounded: a straggler may keep writing
+  }
+  void close();
+};
+
+struct Manager::Worker final : core::IoHandler {
+  struct Control final : core::IoHandler {
+    Worker* w = nullptr;
+    void on_io(uint32_t) override {
+      if (!w->exited) w->m.read_control(*w);
+    }
+  };
+
+  Worker(Manager& manager, Slot& s) : m(manager), slot(&s) {
+    control_handler.w = this;
+    for (auto* r : {&out, &err}) {
+      r->m = &manager;
+      r->w = this;
+    }
+    err.is_err = true;
+  }
+  void on_io(uint32_t) override {
+    if (!exited) m.on_exit(*this);
+  }
+
+  Manager& m;
+  Slot* slot;
+  // Reaped: it waits for the loop's deferred destruction, and its slot may already be gone (the
+  // events of its descriptors still queued in this epoll round are ignored).
+  bool exited = false;
+  pid_t pid = 0;
+  core::UniqueFd pidfd;
+  core::UniqueFd control;
+  // Our copy of its listening socket: nothing here accepts, but its queue tells whether a
+  // connection is waiting for the worker (check_idle), and with it open a connection the worker
+  // never accepted is not reset when the worker closes its copy.
+  core::UniqueFd listener;
+  Control control_handler;
+  OutputReader out, err;
+  core::Timer start_timer, kill_timer, link_check;
+  time_t started_at = 0;
+  bool started = false;  // `started`: the lock is taken
+  bool ready = false;
+  bool idle = false;
+  uint64_t idle_since = 0;
+  uint64_t ready_at = 0;
+  bool served = false;           // reported busy at least once since `ready`
+  bool counts_starting = false;  // counted in starting_ (until `ready` or the exit)
+  Slot* claimed_by = nullptr;    // a queued start waiting for this worker's exit
+  bool stopping = false;
+  bool stop_after_started = false;  // a stop asked during the start runs at `started`
+  std::string failure_log;          // the full error, logged at the exit with the stderr tail
+};
+
+struct Manager::Slot {
+  std::string address;
+  const Kind* kind = nullptr;
+  std::string socket_path;
+  ino_t socket_inode = 0;
+  std::unique_ptr<Worker> worker;        // the live child, if any
+  std::vector<ResolveCallback> waiters;  // for the current start, or for the queued one
+  bool start_queued = false;             // a start waits for the current worker's exit
+  bool queued = false;                   // in queue_: a start waits for the bounds
+  std::list<Slot*>::iterator queue_pos;  // where, when queued
+  uint64_t queued_ms = 0;
+  time_t queued_at = 0;
+  Worker* awaiting = nullptr;  // the stopping worker whose exit makes room for this start
+  nlohmann::json failed;       // the public error; null unless failed
+  time_t failed_at = 0;
+  bool suspended = false;
+  std::string tail;  // the last stderr bytes
+  nlohmann::json last_emitted;
+};
+
+}  // namespace corral::workers

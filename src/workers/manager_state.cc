@@ -1,0 +1,84 @@
+// The Manager's state as JSON (workers/manager.h, state()): an address's entry, the whole map,
+// the stderr tail, and the change events its watchers get.
+#include "workers/manager_impl.h"
+
+namespace corral::workers {
+
+using namespace detail;
+
+nlohmann::json Manager::entry(const std::string& address) const {
+  const Slot* slot = find(address);
+  return slot ? entry_of(*slot) : nlohmann::json();
+}
+
+nlohmann::json Manager::entry_of(const Slot& slot) const {
+  nlohmann::json e;
+  if (!slot.failed.is_null()) {
+    e = {{"status", "failed"}, {"error", slot.failed}, {"at", iso8601(slot.failed_at)}};
+  } else if (const Worker* w = slot.worker.get()) {
+    e = {{"status", w->stopping ? "stopping"
+                    : w->ready  ? "running"
+                                : "starting"},
+         {"pid", w->pid},
+         {"startedAt", iso8601(w->started_at)}};
+  } else if (slot.queued) {
+    e = {{"status", "queued"}, {"queuedAt", iso8601(slot.queued_at)}};
+  } else if (slot.suspended) {
+    e = {{"status", "suspended"}};
+  }
+  if (slot.suspended) e["suspended"] = true;
+  return e;
+}
+
+nlohmann::json Manager::state() const {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [address, slot] : slots_) {
+    auto e = entry_of(*slot);
+    if (!e.is_null()) out[core::wire_encode(address)] = std::move(e);
+  }
+  return out;
+}
+
+std::string Manager::stderr_tail(const std::string& address) const {
+  const Slot* slot = find(address);
+  return slot ? slot->tail : std::string();
+}
+
+void Manager::changed(Slot& slot) {
+  nlohmann::json e = entry_of(slot);
+  if (e == slot.last_emitted) return;
+  slot.last_emitted = e;
+  emit(slot.address, e);
+}
+
+void Manager::emit(const std::string& address, const nlohmann::json& e) {
+  // A watcher may unwatch (itself or another) from its callback: walk a snapshot of the ids.
+  std::vector<uint64_t> ids;
+  for (const auto& [id, cb] : watchers_) ids.push_back(id);
+  for (uint64_t id : ids) {
+    auto it = watchers_.find(id);
+    if (it != watchers_.end()) it->second(address, e);
+  }
+  if (on_change) on_change(address, e);
+}
+
+void Manager::settle(Slot& slot) {
+  changed(slot);
+  if (slot.worker || !slot.waiters.empty() || slot.start_queued || slot.queued ||
+      !slot.failed.is_null() || slot.suspended)
+    return;
+  std::string key = slot.address;
+  slots_.erase(key);  // destroys `slot`; its last emitted entry was null
+}
+
+uint64_t Manager::watch(ChangeCallback cb) {
+  uint64_t id = next_watch_++;
+  watchers_.emplace(id, std::move(cb));
+  return id;
+}
+
+void Manager::unwatch(uint64_t id) {
+  watchers_.erase(id);
+}
+
+}  // namespace corral::workers
