@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "tls/transport.h"
+
 namespace corral::app {
 
 Http3Companion::Http3Companion(std::unique_ptr<quic::Http3Server> h3, core::EventLoop& loop,
@@ -33,7 +35,7 @@ http::RunOptions ServerProcess::run_options() {
   run.adopt_fds = {ctx_.listen_fds.front()};
   if (o.tls && ctx_.listen_fds.size() > 1) {
     run.adopt_tls_fds = {ctx_.listen_fds[1]};
-    run.tls = o.tls;
+    run.tls = std::make_shared<tls::TlsTransportFactory>(o.tls);
   }
   run.server = o.server;
   run.policy = o.policy;
