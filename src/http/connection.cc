@@ -588,9 +588,20 @@ void Connection::flush() {
   if (closed_) return;
   for (;;) {
     while (!out_.empty()) {
-      auto w = transport_->write(out_.data(), out_.size());
+      // A large body sent in place (send_file_data) follows the head queued in out_: both go in
+      // one writev, so such a response costs one syscall, not two.
+      core::IoResult w;
+      if (big_off_ < big_body_.size()) {
+        iovec iov[2] = {{out_.mutable_data(), out_.size()},
+                        {big_body_.data() + big_off_, big_body_.size() - big_off_}};
+        w = transport_->writev(iov, 2);
+      } else {
+        w = transport_->write(out_.data(), out_.size());
+      }
       if (w.ok()) {
-        out_.consume(w.bytes);
+        size_t head = std::min(w.bytes, out_.size());
+        out_.consume(head);
+        big_off_ += w.bytes - head;
         write_timer_.cancel();
         continue;
       }
