@@ -17,7 +17,8 @@
 //
 // TransportFactory wraps an accepted socket: a listener is given one (or none: plain TCP), so the
 // server never names the TLS types. A factory is shared by every listener of a reload
-// generation; it must outlive the connections it made only as long as they use what it holds.
+// generation. A transport may borrow from what its factory holds (TLS: the credentials), so that
+// must stay alive while the factory's connections run, upgraded ones included.
 //
 // Lifetime: a Transport owns its fd (closed on destruction) and belongs to one connection at a
 // time; an upgraded connection hands it on as std::unique_ptr<Transport>. One thread.

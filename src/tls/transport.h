@@ -9,9 +9,10 @@
 // TlsTransportFactory is what a TLS listener is given (http::Server::listen, RunOptions::tls): it
 // holds one reload generation's ServerConfig and wraps each accepted socket in a server session.
 //
-// Lifetime: a TlsTransport owns the socket and the session (the session is destroyed first). The
-// factory's config is shared (shared_ptr) with the sessions' credentials' other users (HTTP/3);
-// the factory itself is shared by the listeners of a process. One thread.
+// Lifetime: a TlsTransport owns the socket and the session (the session is destroyed first). A
+// session borrows the config's credentials: the factory shares the config (shared_ptr, also held
+// by the process's other users, HTTP/3), and whoever built it keeps the config alive while TLS
+// connections run (the cli's prepared state does, for the life of the process). One thread.
 #pragma once
 
 #include <memory>
