@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "tls/transport.h"
 #include "workers/link_codec.h"
 
 namespace corral::app {
@@ -38,7 +39,7 @@ http::RunOptions ServerProcess::run_options() {
   run.adopt_fds = {ctx_.listen_fds.front()};
   if (o.tls && ctx_.listen_fds.size() > 1) {
     run.adopt_tls_fds = {ctx_.listen_fds[1]};
-    run.tls = o.tls;
+    run.tls = std::make_shared<tls::TlsTransportFactory>(o.tls);
   }
   run.server = o.server;
   run.policy = o.policy;

@@ -2,7 +2,6 @@
 
 #include <errno.h>
 #include <fmt/format.h>
-#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -10,7 +9,6 @@
 #include "http/response_plan.h"
 #include "http/server.h"
 #include "http/site.h"
-#include "tls/session.h"
 
 namespace corral::http {
 
@@ -31,13 +29,12 @@ constexpr size_t kTlsFileChunk = 64 * 1024;
 
 }  // namespace
 
-Connection::Connection(Server& server, core::UniqueFd fd, const core::SocketAddress& peer,
-                       tls::SessionPtr tls)
+Connection::Connection(Server& server, std::unique_ptr<core::Transport> transport,
+                       const core::SocketAddress& peer)
     : server_(server),
       loop_(server.loop()),
-      fd_(std::move(fd)),
-      tls_(std::move(tls)),
-      handshaking_(tls_ != nullptr),
+      transport_(std::move(transport)),
+      secure_(transport_->secure()),
       peer_(peer),
       peer_info_(Peer::from(peer)),
       peer_ip_(peer_info_.text()),
@@ -52,7 +49,7 @@ Connection::~Connection() = default;
 
 void Connection::start() {
   interest_ = EPOLLIN | EPOLLRDHUP;
-  if (auto r = loop_.add(fd_.get(), interest_, this); !r) {
+  if (auto r = loop_.add(transport_->fd(), interest_, this); !r) {
     server_.log().error("epoll_add", "error=\"{}\"", r.error().reason);
     close_now();
     return;
@@ -93,32 +90,28 @@ void Connection::on_read_timer() {
   }
 }
 
-ssize_t Connection::io_read(char* buf, size_t n) {
-  return tls_ ? tls_->read(buf, n) : ::read(fd_.get(), buf, n);
-}
-
-ssize_t Connection::io_send(const char* buf, size_t n) {
-  return tls_ ? tls_->send(buf, n) : ::send(fd_.get(), buf, n, MSG_NOSIGNAL);
-}
-
+// A plain transport is done at its first readable event, without a syscall: on_readable() then
+// reads as it always would. TLS takes a few rounds.
 void Connection::continue_handshake() {
-  switch (tls_->handshake()) {
-    case tls::Session::Step::kDone:
+  switch (transport_->handshake()) {
+    case core::Transport::Step::kDone:
       handshaking_ = false;
       update_interest();
-      on_readable();  // the client's first request may have come with its Finished
+      on_readable();  // the first request (TLS: it may have come with the client's Finished)
       return;
-    case tls::Session::Step::kWantRead:
+    case core::Transport::Step::kWantRead:
       update_interest();
       return;
-    case tls::Session::Step::kWantWrite:
+    case core::Transport::Step::kWantWrite:
       if (interest_ != (EPOLLOUT | EPOLLRDHUP)) {
         interest_ = EPOLLOUT | EPOLLRDHUP;
-        (void)loop_.modify(fd_.get(), interest_, this);
+        (void)loop_.modify(transport_->fd(), interest_, this);
       }
       return;
-    case tls::Session::Step::kFailed:
-      server_.log().info("tls_handshake_failed", "remote={} error=\"{}\"", peer_ip_, tls_->error());
+    case core::Transport::Step::kFailed:
+      // Only a TLS handshake can fail; the event name is documented (docs/tls.md).
+      server_.log().info("tls_handshake_failed", "remote={} error=\"{}\"", peer_ip_,
+                         transport_->error());
       close_now();
       return;
   }
@@ -155,33 +148,25 @@ void Connection::on_io(uint32_t events) {
 
 void Connection::on_readable() {
   if (phase_ == Phase::kLingering) {
-    char sink[4096];
-    ssize_t n;
-    do {
-      n = io_read(sink, sizeof sink);
-    } while (n > 0 && tls_ && tls_->pending() > 0);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) close_now();
+    // Nothing is parsed any more: what the client still sends is read and dropped.
+    in_.clear();
+    auto r = transport_->read_into(in_, kReadSize);
+    in_.clear();
+    if (!r.ok() && !r.again()) close_now();
     return;
   }
-  ssize_t n = io_read(in_.reserve(kReadSize), kReadSize);
-  if (n > 0) {
-    in_.commit(static_cast<size_t>(n));
-    // GnuTLS may hold the rest of a record: take it now, epoll will not signal it.
-    while (tls_ && tls_->pending() > 0) {
-      ssize_t more = tls_->read(in_.reserve(kReadSize), kReadSize);
-      if (more <= 0) break;
-      in_.commit(static_cast<size_t>(more));
-    }
+  auto r = transport_->read_into(in_, kReadSize);
+  if (r.ok()) {
     process_input();
     flush();
     return;
   }
-  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+  if (r.again()) return;
   // EOF or error. A stream in progress is aborted (its reader is gone); responses already
   // queued for complete requests are still written (the client may have only shut down its
   // sending side); a half-sent request is dropped.
   peer_eof_ = true;
-  if (n < 0 || producer_ || deferred_) {
+  if (r.status == core::IoResult::Status::kError || producer_ || deferred_) {
     abort_stream();
     close_now();
     return;
@@ -267,7 +252,7 @@ void Connection::dispatch() {
   read_timer_kind_ = ReadTimer::kNone;
   ++server_.stats_.requests;
   req_.loop = &loop_;
-  if (tls_) req_.scheme = "https";  // before admission: a verified relay may still say otherwise
+  if (secure_) req_.scheme = "https";  // before admission: a verified relay may still say otherwise
   auto a = admit(req_, peer_info_, server_.policy());
   if (a.status) {
     respond_error(a.status, a.reason);
@@ -303,13 +288,12 @@ void Connection::dispatch() {
 void Connection::hand_over() {
   in_process_ = false;
   auto handler = std::move(upgrade_);
-  UpgradeContext ctx{loop_,   server_, {}, std::string(in_.view()), std::string(out_.view()),
+  UpgradeContext ctx{loop_,   server_, nullptr, std::string(in_.view()), std::string(out_.view()),
                      peer_ip_};
   in_.clear();
   out_.clear();
-  loop_.remove(fd_.get());
-  ctx.fd = std::move(fd_);
-  ctx.tls = std::move(tls_);
+  loop_.remove(transport_->fd());
+  ctx.transport = std::move(transport_);
   read_timer_.cancel();
   write_timer_.cancel();
   close_now();
@@ -534,14 +518,13 @@ void Connection::respond_error(int status, std::string_view reason) {
 bool Connection::send_file_data() {
   if (!big_body_.empty()) {
     while (big_off_ < big_body_.size()) {
-      ssize_t n = io_send(big_body_.data() + big_off_, big_body_.size() - big_off_);
-      if (n > 0) {
-        big_off_ += static_cast<size_t>(n);
+      auto w = transport_->write(big_body_.data() + big_off_, big_body_.size() - big_off_);
+      if (w.ok()) {
+        big_off_ += w.bytes;
         write_timer_.cancel();
         continue;
       }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno == EAGAIN) return false;
+      if (w.again()) return false;
       close_now();
       return false;
     }
@@ -566,11 +549,11 @@ bool Connection::send_file_data() {
       finish_request();
       return true;
     }
-    off_t off = static_cast<off_t>(file_offset_);
-    if (tls_) {
-      // No sendfile under TLS: the next piece goes through out_ (flush() encrypts it).
+    if (!transport_->can_send_file()) {
+      // No sendfile (TLS): the next piece goes through out_ (flush() encrypts it).
       size_t chunk = file_left_ > kTlsFileChunk ? kTlsFileChunk : static_cast<size_t>(file_left_);
-      ssize_t n = ::pread(file_.fd.get(), out_.reserve(chunk), chunk, off);
+      ssize_t n =
+          ::pread(file_.fd.get(), out_.reserve(chunk), chunk, static_cast<off_t>(file_offset_));
       if (n > 0) {
         out_.commit(static_cast<size_t>(n));
         file_offset_ += static_cast<uint64_t>(n);
@@ -584,17 +567,17 @@ bool Connection::send_file_data() {
       return false;
     }
     size_t chunk = file_left_ > (1u << 20) ? (1u << 20) : static_cast<size_t>(file_left_);
-    ssize_t n = ::sendfile(fd_.get(), file_.fd.get(), &off, chunk);
-    if (n > 0) {
-      file_offset_ += static_cast<uint64_t>(n);
-      file_left_ -= static_cast<uint64_t>(n);
+    auto w = transport_->send_file(file_.fd.get(), file_offset_, chunk);
+    if (w.ok()) {
+      file_offset_ += w.bytes;
+      file_left_ -= w.bytes;
       continue;
     }
-    if (n < 0 && errno == EAGAIN) return false;
-    if (n < 0 && errno == EINTR) continue;
+    if (w.again()) return false;
     // The file shrank under us or the socket failed: the framing is broken, close.
-    server_.log().warn("sendfile_failed", "remote={} error=\"{}\"", peer_ip_,
-                       n == 0 ? "file truncated" : strerror(errno));
+    server_.log().warn(
+        "sendfile_failed", "remote={} error=\"{}\"", peer_ip_,
+        w.status == core::IoResult::Status::kEof ? "file truncated" : strerror(w.error));
     close_now();
     return false;
   }
@@ -605,14 +588,24 @@ void Connection::flush() {
   if (closed_) return;
   for (;;) {
     while (!out_.empty()) {
-      ssize_t n = io_send(out_.data(), out_.size());
-      if (n > 0) {
-        out_.consume(static_cast<size_t>(n));
+      // A large body sent in place (send_file_data) follows the head queued in out_: both go in
+      // one writev, so such a response costs one syscall, not two.
+      core::IoResult w;
+      if (big_off_ < big_body_.size()) {
+        iovec iov[2] = {{out_.mutable_data(), out_.size()},
+                        {big_body_.data() + big_off_, big_body_.size() - big_off_}};
+        w = transport_->writev(iov, 2);
+      } else {
+        w = transport_->write(out_.data(), out_.size());
+      }
+      if (w.ok()) {
+        size_t head = std::min(w.bytes, out_.size());
+        out_.consume(head);
+        big_off_ += w.bytes - head;
         write_timer_.cancel();
         continue;
       }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno == EAGAIN) break;
+      if (w.again()) break;
       abort_stream();
       close_now();
       return;
@@ -668,7 +661,7 @@ void Connection::update_interest() {
   if (!out_.empty() || file_active_) want |= EPOLLOUT;
   if (want != interest_) {
     interest_ = want;
-    (void)loop_.modify(fd_.get(), want, this);
+    (void)loop_.modify(transport_->fd(), want, this);
   }
 }
 
@@ -677,8 +670,7 @@ void Connection::start_linger() {
   // Half-close and drain what the client still sends, so our last response is not destroyed by
   // a reset; then close after a short time.
   phase_ = Phase::kLingering;
-  if (tls_) tls_->bye();
-  ::shutdown(fd_.get(), SHUT_WR);
+  transport_->shutdown();  // TLS: close_notify first
   if (peer_eof_) {
     close_now();
     return;
@@ -719,9 +711,9 @@ void Connection::close_now() {
   abort_stream();
   read_timer_.cancel();
   write_timer_.cancel();
-  if (fd_) {
-    loop_.remove(fd_.get());
-    fd_.reset();
+  if (transport_) {
+    loop_.remove(transport_->fd());
+    transport_.reset();
   }
   server_.connection_closed(this);
 }

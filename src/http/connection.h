@@ -7,11 +7,11 @@
 // out with sendfile(); streams are chunked when their length is unknown and pull more data only
 // when the output queue is below its low-water mark.
 //
-// Over TLS (a listener with a tls::ServerConfig) the connection first drives the handshake under
-// the header timeout, then every read and write goes through the tls::Session: a response flush
-// is one record send per 16 KiB, files are pread() into the output buffer (no sendfile), and the
-// decrypted bytes GnuTLS holds back are drained into the input buffer on every read, since epoll
-// cannot see them. The plain path only tests a null pointer.
+// Every byte moves through a core::Transport (core/transport.h), plain or TLS, given by the
+// listener's factory: the connection first drives the transport's handshake under the header
+// timeout (a plain one is done at once), then reads with read_into() (which also takes the bytes
+// a TLS session decrypted but epoll cannot see) and writes through it. A transport that cannot
+// sendfile() (TLS) gets files pread() into the output buffer: one record send per 16 KiB.
 //
 // Lifetime: owned by the Server (intrusive list); destroyed through EventLoop::destroy_later
 // after close_now(), so an event already queued for it finds live memory and a closed flag.
@@ -24,14 +24,13 @@
 #include "core/event_loop.h"
 #include "core/socket.h"
 #include "core/timer_wheel.h"
-#include "core/unique_fd.h"
+#include "core/transport.h"
 #include "http/admission.h"
 #include "http/file_response.h"
 #include "http/parser.h"
 #include "http/request.h"
 #include "http/response.h"
 #include "http/response_plan.h"
-#include "tls/session_ptr.h"
 
 namespace corral::http {
 
@@ -40,8 +39,8 @@ class Site;
 
 class Connection final : public core::IoHandler, private StreamWriter, private Responder {
  public:
-  Connection(Server& server, core::UniqueFd fd, const core::SocketAddress& peer,
-             tls::SessionPtr tls = nullptr);
+  Connection(Server& server, std::unique_ptr<core::Transport> transport,
+             const core::SocketAddress& peer);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -66,9 +65,6 @@ class Connection final : public core::IoHandler, private StreamWriter, private R
 
   void on_readable();
   void continue_handshake();
-  // ::read / ::send, or through the TLS session.
-  ssize_t io_read(char* buf, size_t n);
-  ssize_t io_send(const char* buf, size_t n);
   void process_input();
   void dispatch();
   void write_response(Response& response);  // a ResponsePlan, written by h1_writer.h
@@ -93,9 +89,9 @@ class Connection final : public core::IoHandler, private StreamWriter, private R
 
   Server& server_;
   core::EventLoop& loop_;
-  core::UniqueFd fd_;
-  tls::SessionPtr tls_;
-  bool handshaking_ = false;
+  std::unique_ptr<core::Transport> transport_;  // null once closed or handed over
+  bool handshaking_ = true;                     // until transport_->handshake() is done
+  bool secure_ = false;                         // transport_->secure(), asked once
   core::SocketAddress peer_;
   Peer peer_info_;  // the peer's address, parsed once for admission
   std::string peer_ip_;

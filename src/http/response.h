@@ -10,8 +10,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "core/unique_fd.h"
-#include "tls/session_ptr.h"
+#include "core/transport.h"
 
 #include <cstdint>
 #include <memory>
@@ -89,18 +88,17 @@ class Upgraded {
   ~Upgraded() = default;
 };
 
-// What an upgrade hands over once the 101 response is written: the socket, the bytes the client
-// sent after its upgrade request, and response bytes not yet written. Over TLS, `tls` is the
-// connection's session: every byte then goes through it (tls::Session's read/send), and the
-// leftover input is already decrypted.
+// What an upgrade hands over once the 101 response is written: the connection's transport (the
+// socket, plain or TLS: every byte goes on through it; it is no longer registered with the loop),
+// the bytes the client sent after its upgrade request (already decrypted), and response bytes
+// not yet written.
 struct UpgradeContext {
   core::EventLoop& loop;
   Server& server;
-  core::UniqueFd fd;
+  std::unique_ptr<core::Transport> transport;
   std::string leftover_input;
   std::string pending_output;
   std::string peer;  // the client's address, for logs
-  tls::SessionPtr tls;
 };
 
 class UpgradeHandler {

@@ -18,10 +18,11 @@ namespace corral::http {
 struct RunOptions {
   std::vector<core::SocketAddress> listen;
   std::vector<int> adopt_fds;  // listening sockets made by someone else (the fan-out supervisor)
-  // TLS: listeners whose connections speak TLS with `tls` (both need it set).
+  // TLS: listeners whose connections are wrapped by `tls` (both need it set), a
+  // tls::TlsTransportFactory built by the caller, so http never names the TLS types.
   std::vector<core::SocketAddress> listen_tls;
   std::vector<int> adopt_tls_fds;
-  std::shared_ptr<const tls::ServerConfig> tls;
+  std::shared_ptr<const core::TransportFactory> tls;
   ServerOptions server;
   std::shared_ptr<const AdmissionPolicy> policy;
   // Called once every listener is bound, plain ones first, then TLS ones (tests read the ports).

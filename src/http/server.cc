@@ -5,7 +5,6 @@
 #include <sys/socket.h>
 
 #include "http/connection.h"
-#include "tls/session.h"
 
 namespace corral::http {
 
@@ -17,20 +16,22 @@ constexpr char kBusyResponse[] =
 
 class Server::Listener final : public core::IoHandler {
  public:
-  Listener(Server& server, core::UniqueFd fd, std::shared_ptr<const tls::ServerConfig> tls)
-      : server_(server), fd_(std::move(fd)), tls_(std::move(tls)) {}
+  Listener(Server& server, core::UniqueFd fd,
+           std::shared_ptr<const core::TransportFactory> transport)
+      : server_(server), fd_(std::move(fd)), transport_(std::move(transport)) {}
   // After close() the listener may still have an event queued in this epoll batch: ignore it, so
   // a connection in the shared accept queue is left to another process instead of refused.
   void on_io(uint32_t) override {
-    if (!server_.closing()) server_.on_accept(fd_.get(), tls_.get());
+    if (!server_.closing()) server_.on_accept(fd_.get(), transport_.get());
   }
   int fd() const { return fd_.get(); }
 
  private:
   Server& server_;
   core::UniqueFd fd_;
-  // shared: one reload generation's TLS config serves every listener (and HTTP/3) of a process.
-  std::shared_ptr<const tls::ServerConfig> tls_;
+  // shared: one reload generation's TLS factory serves every TLS listener of a process. Null:
+  // plain TCP.
+  std::shared_ptr<const core::TransportFactory> transport_;
 };
 
 Server::Server(core::EventLoop& loop, core::Logger& log, ServerOptions options)
@@ -58,19 +59,20 @@ Server::~Server() {
   loop_.defer([] {});  // destroyed connections are freed by the loop's graveyard
 }
 
-core::Result<core::SocketAddress> Server::listen(const core::SocketAddress& addr, bool reuse_port,
-                                                 std::shared_ptr<const tls::ServerConfig> tls) {
+core::Result<core::SocketAddress> Server::listen(
+    const core::SocketAddress& addr, bool reuse_port,
+    std::shared_ptr<const core::TransportFactory> transport) {
   auto fd = core::listen_tcp(addr, {.backlog = 4096, .reuse_port = reuse_port});
   if (!fd) return fd.error();
   auto local = core::local_address(fd->get());
   if (!local) return local.error();
-  if (auto r = adopt_listener(std::move(fd.value()), std::move(tls)); !r) return r.error();
+  if (auto r = adopt_listener(std::move(fd.value()), std::move(transport)); !r) return r.error();
   return local;
 }
 
 core::Result<void> Server::adopt_listener(core::UniqueFd fd,
-                                          std::shared_ptr<const tls::ServerConfig> tls) {
-  auto l = std::make_unique<Listener>(*this, std::move(fd), std::move(tls));
+                                          std::shared_ptr<const core::TransportFactory> transport) {
+  auto l = std::make_unique<Listener>(*this, std::move(fd), std::move(transport));
   if (auto r = loop_.add(l->fd(), EPOLLIN, l.get()); !r) return r;
   listeners_.push_back(std::move(l));
   return {};
@@ -150,7 +152,7 @@ std::string_view Server::log_time() {
   return log_time_;
 }
 
-void Server::on_accept(int listen_fd, const tls::ServerConfig* tls) {
+void Server::on_accept(int listen_fd, const core::TransportFactory* transport) {
   for (int i = 0; i < kAcceptBatch; ++i) {
     core::SocketAddress peer;
     peer.len = sizeof peer.storage;
@@ -172,9 +174,9 @@ void Server::on_accept(int listen_fd, const tls::ServerConfig* tls) {
     if (stats_.active >= options_.max_connections || closing_) {
       // Refuse without touching the connections already served: a canned answer, then close.
       ++stats_.refused;
-      // (A TLS client could not read plain text: it is only closed.)
+      // (A client of a wrapping transport, TLS, could not read plain text: it is only closed.)
       [[maybe_unused]] ssize_t w =
-          tls ? 0 : ::send(fd, kBusyResponse, sizeof kBusyResponse - 1, MSG_NOSIGNAL);
+          transport ? 0 : ::send(fd, kBusyResponse, sizeof kBusyResponse - 1, MSG_NOSIGNAL);
       ::close(fd);
       if (stats_.refused % 1000 == 1)
         log_.warn("connection_refused", "reason=max_connections limit={} refused_total={}",
@@ -183,17 +185,18 @@ void Server::on_accept(int listen_fd, const tls::ServerConfig* tls) {
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    tls::SessionPtr session;
-    if (tls) {
-      auto s = tls::Session::accept(*tls, fd);
-      if (!s) {
-        log_.error("tls_session_failed", "error=\"{}\"", s.error().reason);
-        ::close(fd);
+    std::unique_ptr<core::Transport> t;
+    if (transport) {
+      auto w = transport->wrap(core::UniqueFd(fd));  // closes the socket if it fails
+      if (!w) {
+        log_.error("tls_session_failed", "error=\"{}\"", w.error().reason);
         continue;
       }
-      session = std::move(s.value());
+      t = std::move(w.value());
+    } else {
+      t = std::make_unique<core::PlainTransport>(core::UniqueFd(fd));
     }
-    auto* c = new Connection(*this, core::UniqueFd(fd), peer, std::move(session));
+    auto* c = new Connection(*this, std::move(t), peer);
     c->next_ = head_;
     if (head_) head_->prev_ = c;
     head_ = c;

@@ -21,14 +21,11 @@
 #include "core/event_loop.h"
 #include "core/log.h"
 #include "core/socket.h"
+#include "core/transport.h"
 #include "http/admission.h"
 #include "http/http_date.h"
 #include "http/parser.h"
 #include "http/site.h"
-
-namespace corral::tls {
-class ServerConfig;
-}
 
 namespace corral::http {
 
@@ -71,13 +68,16 @@ class Server {
   Server& operator=(const Server&) = delete;
   ~Server();
 
-  // With `tls`, connections accepted on the listener speak TLS (handshake first, then HTTP/1.1;
-  // Request::scheme "https"). The config is shared by every connection of the listener.
-  core::Result<core::SocketAddress> listen(const core::SocketAddress& addr, bool reuse_port = false,
-                                           std::shared_ptr<const tls::ServerConfig> tls = nullptr);
+  // With a `transport` factory, each connection accepted on the listener is wrapped by it (TLS:
+  // tls::TlsTransportFactory, handshake first, then HTTP/1.1; Request::scheme "https" when the
+  // transport is secure()); without one, it is plain TCP. The factory is shared by every
+  // connection of the listener.
+  core::Result<core::SocketAddress> listen(
+      const core::SocketAddress& addr, bool reuse_port = false,
+      std::shared_ptr<const core::TransportFactory> transport = nullptr);
   // Serves an already listening socket (the fan-out supervisor creates them before forking).
-  core::Result<void> adopt_listener(core::UniqueFd fd,
-                                    std::shared_ptr<const tls::ServerConfig> tls = nullptr);
+  core::Result<void> adopt_listener(
+      core::UniqueFd fd, std::shared_ptr<const core::TransportFactory> transport = nullptr);
 
   void publish(std::shared_ptr<const Site> site);
   // Swaps the admission policy; connections admitted under a host no longer allowed are closed
@@ -111,7 +111,7 @@ class Server {
  private:
   friend class Connection;
   class Listener;
-  void on_accept(int listen_fd, const tls::ServerConfig* tls);
+  void on_accept(int listen_fd, const core::TransportFactory* transport);
   void connection_closed(Connection* c);
   void park(Connection* c) { parked_.push_back(c); }
   void unpark(Connection* c);

@@ -1,13 +1,9 @@
 #include "proxy/relay.h"
 
-#include <errno.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include "core/buffer.h"
 #include "core/event_loop.h"
+#include "core/transport.h"
 #include "http/server.h"
-#include "tls/session.h"
 
 namespace corral::proxy {
 
@@ -19,13 +15,12 @@ class Relay final : public http::Upgraded {
  public:
   static constexpr size_t kHigh = 256 * 1024;
 
-  Relay(core::EventLoop& loop, http::Server& server, core::UniqueFd client,
-        tls::SessionPtr client_tls, core::UniqueFd upstream)
+  Relay(core::EventLoop& loop, http::Server& server, std::unique_ptr<core::Transport> client,
+        core::UniqueFd upstream)
       : loop_(loop), server_(server) {
     a_.relay = b_.relay = this;
-    a_.fd = std::move(client);
-    a_.tls = std::move(client_tls);
-    b_.fd = std::move(upstream);
+    a_.io = std::move(client);
+    b_.io = std::make_unique<core::PlainTransport>(std::move(upstream));
     a_.peer = &b_;
     b_.peer = &a_;
   }
@@ -35,7 +30,7 @@ class Relay final : public http::Upgraded {
     a_.out.append(to_client);
     for (Side* s : {&a_, &b_}) {
       s->interest = EPOLLIN;
-      if (!loop_.add(s->fd.get(), s->interest, s)) return finish();
+      if (!loop_.add(s->io->fd(), s->interest, s)) return finish();
     }
     flush(a_);
     flush(b_);
@@ -48,11 +43,10 @@ class Relay final : public http::Upgraded {
   struct Side final : core::IoHandler {
     Relay* relay = nullptr;
     Side* peer = nullptr;
-    core::UniqueFd fd;
-    tls::SessionPtr tls;  // the client side over TLS: bytes go through it
-    core::Buffer out;     // bytes for this side
-    bool eof = false;     // this side sent FIN
-    bool shut = false;    // we sent FIN to this side
+    std::unique_ptr<core::Transport> io;  // the client's (plain or TLS); the upstream's plain
+    core::Buffer out;                     // bytes for this side
+    bool eof = false;                     // this side sent FIN
+    bool shut = false;                    // we sent FIN to this side
     uint32_t interest = 0;
     void on_io(uint32_t events) override { relay->on_io(*this, events); }
   };
@@ -71,19 +65,11 @@ class Relay final : public http::Upgraded {
   // What `s` sent goes to its peer's queue.
   void read_side(Side& s) {
     Side& to = *s.peer;
-    ssize_t n = s.tls ? s.tls->read(to.out.reserve(16384), 16384)
-                      : ::read(s.fd.get(), to.out.reserve(16384), 16384);
-    if (n > 0) {
-      to.out.commit(static_cast<size_t>(n));
-      // What GnuTLS decrypted but did not return is invisible to epoll: take it now.
-      while (s.tls && s.tls->pending() > 0) {
-        ssize_t more = s.tls->read(to.out.reserve(16384), 16384);
-        if (more <= 0) break;
-        to.out.commit(static_cast<size_t>(more));
-      }
+    auto r = s.io->read_into(to.out, 16384);  // TLS: with what the session holds back
+    if (r.ok()) {
       flush(to);
-    } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-      if (n < 0) return finish();
+    } else if (!r.again()) {
+      if (r.status == core::IoResult::Status::kError) return finish();
       s.eof = true;
       flush(to);  // passes the FIN on once its queue is out
     }
@@ -91,31 +77,29 @@ class Relay final : public http::Upgraded {
 
   void flush(Side& s) {
     while (!s.out.empty()) {
-      ssize_t n = s.tls ? s.tls->send(s.out.data(), s.out.size())
-                        : ::send(s.fd.get(), s.out.data(), s.out.size(), MSG_NOSIGNAL);
-      if (n > 0) {
-        s.out.consume(static_cast<size_t>(n));
+      auto w = s.io->write(s.out.data(), s.out.size());
+      if (w.ok()) {
+        s.out.consume(w.bytes);
         continue;
       }
-      if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
+      if (w.again()) break;
       return finish();
     }
     if (s.out.empty() && s.peer->eof && !s.shut) {
       s.shut = true;
-      if (s.tls) s.tls->bye();
-      ::shutdown(s.fd.get(), SHUT_WR);
+      s.io->shutdown();  // TLS: close_notify first
     }
     update(s);
   }
 
   void update(Side& s) {
-    if (done_ || !s.fd) return;
+    if (done_ || !s.io) return;
     uint32_t want = 0;
     if (!s.eof && s.peer->out.size() < kHigh) want |= EPOLLIN;
     if (!s.out.empty()) want |= EPOLLOUT;
     if (want != s.interest) {
       s.interest = want;
-      (void)loop_.modify(s.fd.get(), want, &s);
+      (void)loop_.modify(s.io->fd(), want, &s);
     }
   }
 
@@ -123,10 +107,9 @@ class Relay final : public http::Upgraded {
     if (done_) return;
     done_ = true;
     for (Side* s : {&a_, &b_}) {
-      s->tls.reset();
-      if (s->fd) {
-        loop_.remove(s->fd.get());
-        s->fd.reset();
+      if (s->io) {
+        loop_.remove(s->io->fd());
+        s->io.reset();
       }
     }
     server_.detach(this);
@@ -143,8 +126,7 @@ class Relay final : public http::Upgraded {
 }  // namespace
 
 void RelayUpgrade::take_over(http::UpgradeContext ctx) {
-  auto* relay =
-      new Relay(ctx.loop, ctx.server, std::move(ctx.fd), std::move(ctx.tls), std::move(upstream_));
+  auto* relay = new Relay(ctx.loop, ctx.server, std::move(ctx.transport), std::move(upstream_));
   // To the client: the 101's unsent bytes, then what the upstream already sent after its 101.
   relay->start(std::move(ctx.leftover_input), ctx.pending_output + leftover_);
 }

@@ -6,8 +6,9 @@
 // Lifetime: RelayUpgrade is the Response::upgrade handler of the 101 the client gets; when the
 // server hands the connection over, it makes a Relay, which owns itself from then on (attached
 // to the Server as an Upgraded connection) and is destroyed after the loop round it finishes in.
-// The client side may be TLS (a tls::Session): every byte of it then goes through the session.
-// All I/O of a side is in Relay's read_side and flush.
+// Both sides are core::Transports: the client's is the one the upgraded connection handed over
+// (plain or TLS), the upstream's a PlainTransport. All I/O of a side is in Relay's read_side and
+// flush.
 #pragma once
 
 #include <memory>

@@ -1,15 +1,11 @@
 #include "ws/socket.h"
 
-#include <errno.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
 
 #include "core/buffer.h"
 #include "core/event_loop.h"
+#include "core/transport.h"
 #include "http/server.h"
-#include "tls/session.h"
 
 namespace corral::ws {
 
@@ -39,8 +35,7 @@ class Connection final : public Socket,
              const SocketLimits& limits, const std::optional<DeflateParams>& deflate)
       : loop_(ctx.loop),
         server_(ctx.server),
-        fd_(std::move(ctx.fd)),
-        tls_(std::move(ctx.tls)),
+        transport_(std::move(ctx.transport)),
         route_(std::move(route)),
         limits_(limits),
         decoder_(decoder_limits(limits.max_message, deflate)),
@@ -55,7 +50,7 @@ class Connection final : public Socket,
     server_.attach(this);
     attached_ = true;
     last_rx_ = loop_.now();
-    if (auto r = loop_.add(fd_.get(), EPOLLIN | EPOLLRDHUP, this); !r) {
+    if (auto r = loop_.add(transport_->fd(), EPOLLIN | EPOLLRDHUP, this); !r) {
       abort("epoll_add failed");
       return;
     }
@@ -159,20 +154,9 @@ class Connection final : public Socket,
     }
   }
 
-  ssize_t io_read(char* buf, size_t n) {
-    return tls_ ? tls_->read(buf, n) : ::read(fd_.get(), buf, n);
-  }
-
   void on_readable() {
-    ssize_t n = io_read(in_.reserve(kReadSize), kReadSize);
-    if (n > 0) {
-      in_.commit(static_cast<size_t>(n));
-      // Decrypted bytes GnuTLS still holds are invisible to epoll: take them now.
-      while (tls_ && tls_->pending() > 0) {
-        ssize_t more = tls_->read(in_.reserve(kReadSize), kReadSize);
-        if (more <= 0) break;
-        in_.commit(static_cast<size_t>(more));
-      }
+    auto r = transport_->read_into(in_, kReadSize);  // TLS: with what the session holds back
+    if (r.ok()) {
       last_rx_ = loop_.now();
       if (state_ == State::kDraining) {
         in_.clear();
@@ -182,7 +166,7 @@ class Connection final : public Socket,
       if (state_ != State::kDone) flush();
       return;
     }
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (r.again()) return;
     if (state_ != State::kDraining) report_close(1006, "connection lost");
     abort(nullptr);
   }
@@ -301,12 +285,11 @@ class Connection final : public Socket,
   void flush() {
     if (state_ == State::kDone) return;
     while (!out_.empty()) {
-      ssize_t n = tls_ ? tls_->send(out_.data(), out_.size())
-                       : ::send(fd_.get(), out_.data(), out_.size(), MSG_NOSIGNAL);
-      if (n > 0) {
-        out_.consume(static_cast<size_t>(n));
+      auto w = transport_->write(out_.data(), out_.size());
+      if (w.ok()) {
+        out_.consume(w.bytes);
         if (pong_left_ > 0) {
-          pong_left_ -= std::min(pong_left_, static_cast<size_t>(n));
+          pong_left_ -= std::min(pong_left_, w.bytes);
           if (pong_left_ == 0) {
             coalesced_pings_ = 0;  // the peer reads: our pongs get through
             if (pong_owed_ && (state_ == State::kOpen || state_ == State::kClosing)) {
@@ -318,8 +301,7 @@ class Connection final : public Socket,
         }
         continue;
       }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno == EAGAIN) break;
+      if (w.again()) break;
       report_close(1006, "connection lost");
       abort(nullptr);
       return;
@@ -327,13 +309,12 @@ class Connection final : public Socket,
     blocked_ = !out_.empty();  // only EAGAIN leaves bytes behind
     if (state_ == State::kDraining && out_.empty() && !shut_) {
       shut_ = true;
-      if (tls_) tls_->bye();
-      ::shutdown(fd_.get(), SHUT_WR);
+      transport_->shutdown();  // TLS: close_notify first
     }
     uint32_t want = EPOLLIN | (out_.empty() ? 0u : static_cast<uint32_t>(EPOLLOUT));
     if (want != interest_) {
       interest_ = want;
-      (void)loop_.modify(fd_.get(), want, this);
+      (void)loop_.modify(transport_->fd(), want, this);
     }
   }
 
@@ -344,10 +325,9 @@ class Connection final : public Socket,
     state_ = State::kDone;
     decoder_.stop();  // dropped from a frame callback: feed() returns at once
     timer_.cancel();
-    tls_.reset();
-    if (fd_) {
-      loop_.remove(fd_.get());
-      fd_.reset();
+    if (transport_) {
+      loop_.remove(transport_->fd());
+      transport_.reset();
     }
     if (attached_) {
       attached_ = false;
@@ -358,8 +338,7 @@ class Connection final : public Socket,
 
   core::EventLoop& loop_;
   http::Server& server_;
-  core::UniqueFd fd_;
-  tls::SessionPtr tls_;  // over TLS: every byte goes through it
+  std::unique_ptr<core::Transport> transport_;  // plain or TLS; null once closed
   // shared with the route: a socket may outlive the Site that opened it (until it closes after a
   // swap), so the route's options are freed by the last of them.
   std::shared_ptr<const SocketRoute> route_;

@@ -35,6 +35,7 @@
 #include "cli/sites.h"
 #include "http/server.h"
 #include "tls/session.h"
+#include "tls/transport.h"
 #include "ws/socket.h"
 
 #include <map>
@@ -280,7 +281,8 @@ int main(int argc, char** argv) {
       std::cerr << tls_config.error().reason << "\n";
       return 1;
     }
-    auto tls_bound = server.listen(tls_addr.value(), false, tls_config.value());
+    auto tls_bound = server.listen(tls_addr.value(), false,
+                                   std::make_shared<tls::TlsTransportFactory>(tls_config.value()));
     if (!tls_bound) {
       log.error("listen_failed", "error=\"{}\"", tls_bound.error().reason);
       return 1;
