@@ -227,13 +227,7 @@ void Server::close(std::function<void()> done) {
   }
   if (closing_) return;
   stop_accepting(std::move(done));
-  for (Upgraded* u = upgraded_; u;) {
-    Upgraded* next = u->next_;
-    u->server_closing();
-    u = next;
-  }
-  if (head_ || upgraded_) close_timer_.arm_after(options_.close_timeout_ms);
-  maybe_finish_close();
+  close_upgraded_now();
 }
 
 void Server::drain(std::function<void()> done) {
@@ -254,6 +248,10 @@ void Server::close_upgraded() {
   if (!draining_) return;
   draining_ = false;
   drain_timer_.cancel();
+  close_upgraded_now();
+}
+
+void Server::close_upgraded_now() {
   for (Upgraded* u = upgraded_; u;) {
     Upgraded* next = u->next_;
     u->server_closing();

@@ -118,6 +118,9 @@ class Server {
   void maybe_finish_close();
   void stop_accepting(std::function<void()> done);
   void close_upgraded();
+  // Tells every upgraded connection the server closes (WebSockets send 1001), then arms the
+  // close timer for what does not finish.
+  void close_upgraded_now();
   void resume_accepting();
 
   core::EventLoop& loop_;
