@@ -147,20 +147,245 @@ static core::Result<uint32_t> parse_duration_ms(const toml::node& n) {
   return static_cast<uint32_t>(ms);
 }
 
-ConfigErrors load_config(const std::string& path, Config& c) {
-  ConfigErrors errors;
-  toml::table root;
+namespace {
+
+// The readers below, one per part of the file, append their problems to `errors` in the order
+// load_config calls them: the order the messages are reported in.
+
+// Parses `path` into `root`; false, with the parser's message, when it is not TOML.
+bool parse_toml(const std::string& path, toml::table& root, ConfigErrors& errors) {
   try {
     root = toml::parse_file(path);
   } catch (const toml::parse_error& e) {
     const auto& where = e.source().begin;
     errors.problems.push_back(
         fmt::format("{}:{}:{}: {}", path, where.line, where.column, e.description()));
-    return errors;
+    return false;
   } catch (const std::exception& e) {
     errors.problems.push_back(fmt::format("{}: {}", path, e.what()));
-    return errors;
+    return false;
   }
+  return true;
+}
+
+// [workers.<name>] command and routes: both required, the program runnable, each route keyed.
+void check_worker_command_and_routes(const WorkerKind& k, const std::string& prefix,
+                                     ConfigErrors& errors) {
+  if (k.command.empty())
+    errors.problems.push_back(prefix + "command: required (the worker's argv)");
+  else if (auto why = command_problem(k.command[0]))
+    errors.problems.push_back(prefix + "command: " + *why);
+  if (k.routes.empty())
+    errors.problems.push_back(prefix + "routes: required (e.g. [\"/" + k.name + "/{id}/*\"])");
+  for (const auto& route : k.routes)
+    if (route.empty() || route[0] != '/' || route.find('{') == std::string::npos)
+      errors.problems.push_back(prefix + "routes: '" + route +
+                                "' must be a path with at least one {param} (the address key)");
+}
+
+// [workers.<name>] env: a table of strings.
+void read_worker_env(const toml::table& t, const std::string& prefix, WorkerKind& k,
+                     ConfigErrors& errors) {
+  auto* n = t.get("env");
+  if (!n) return;
+  if (auto* envt = n->as_table()) {
+    for (const auto& [ek, ev] : *envt) {
+      auto v = ev.value<std::string>();
+      if (!v)
+        errors.problems.push_back(prefix + "env." + std::string(ek.str()) + ": expected a string");
+      else
+        k.env[std::string(ek.str())] = *v;
+    }
+  } else {
+    errors.problems.push_back(prefix + "env: expected a table of strings");
+  }
+}
+
+// One [workers.<name>] table, appended to c.workers.
+void read_worker_kind(Reader& r, std::string_view name, const toml::table& t,
+                      const std::string& prefix, Config& c, ConfigErrors& errors) {
+  WorkerKind k;
+  k.name = std::string(name);
+  bool name_ok = !k.name.empty();
+  for (char ch : k.name)
+    name_ok = name_ok && (isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-');
+  if (!name_ok)
+    errors.problems.push_back(prefix.substr(0, prefix.size() - 1) +
+                              ": a kind name is letters, digits, '-' and '_'");
+  r.check_unknown(
+      t, prefix,
+      {"command", "env", "routes", "idle", "start_timeout", "stop_grace", "max_workers"});
+  auto strings = [&](const char* key, std::vector<std::string>& out) {
+    auto* n = t.get(key);
+    if (!n) return;
+    auto* arr = n->as_array();
+    if (!arr) {
+      errors.problems.push_back(prefix + key + ": expected an array of strings");
+      return;
+    }
+    for (size_t i = 0; i < arr->size(); ++i) {
+      auto v = (*arr)[i].value<std::string>();
+      if (!v)
+        errors.problems.push_back(fmt::format("{}{}[{}]: expected a string", prefix, key, i));
+      else
+        out.push_back(*v);
+    }
+  };
+  strings("command", k.command);
+  strings("routes", k.routes);
+  check_worker_command_and_routes(k, prefix, errors);
+  read_worker_env(t, prefix, k, errors);
+  auto duration = [&](const char* key, uint32_t& out) {
+    auto* n = t.get(key);
+    if (!n) return;
+    auto ms = parse_duration_ms(*n);
+    if (!ms)
+      errors.problems.push_back(prefix + key + ": " + ms.error().reason);
+    else
+      out = ms.value();
+  };
+  duration("idle", k.idle_ms);
+  duration("start_timeout", k.start_timeout_ms);
+  duration("stop_grace", k.stop_grace_ms);
+  r.integer(t, prefix, "max_workers", k.max_workers, 1, 1'000'000);
+  c.workers.push_back(std::move(k));
+}
+
+// [workers]: the kinds' tables, and beside them the bounds of all kinds together.
+void read_workers(Reader& r, const toml::node& node, Config& c, ConfigErrors& errors) {
+  auto* kinds = node.as_table();
+  if (!kinds) {
+    errors.problems.push_back("workers: expected a table of worker kinds ([workers.<name>])");
+    return;
+  }
+  for (const auto& [name, kind_node] : *kinds) {
+    std::string prefix = "workers." + std::string(name.str()) + ".";
+    if (name.str() == "max_workers" || name.str() == "max_starting") {
+      if (kind_node.is_table()) {
+        errors.problems.push_back(prefix.substr(0, prefix.size() - 1) +
+                                  ": a worker kind may not have this name (it is the bound "
+                                  "of all kinds, an integer)");
+      } else {
+        auto& out = name.str() == "max_workers" ? c.worker_bounds.max_workers
+                                                : c.worker_bounds.max_starting;
+        r.integer(*kinds, "workers.", std::string(name.str()).c_str(), out, 1,
+                  name.str() == "max_workers" ? 1'000'000 : 10'000);
+      }
+      continue;
+    }
+    auto* t = kind_node.as_table();
+    if (!t) {
+      errors.problems.push_back(prefix.substr(0, prefix.size() - 1) + ": expected a table");
+      continue;
+    }
+    read_worker_kind(r, name.str(), *t, prefix, c, errors);
+  }
+}
+
+void read_log_level(Reader& r, const toml::table& root, Config& c, ConfigErrors& errors) {
+  std::string level;
+  r.string(root, "log_level", level);
+  if (level.empty()) return;
+  if (level == "debug")
+    c.log_level = core::LogLevel::kDebug;
+  else if (level == "info")
+    c.log_level = core::LogLevel::kInfo;
+  else if (level == "warn")
+    c.log_level = core::LogLevel::kWarn;
+  else if (level == "error")
+    c.log_level = core::LogLevel::kError;
+  else
+    errors.problems.push_back("log_level: expected one of debug, info, warn, error");
+}
+
+// [limits]
+void read_limits(Reader& r, const toml::node& node, Config& c, ConfigErrors& errors) {
+  auto* t = node.as_table();
+  if (!t) {
+    errors.problems.push_back("limits: expected a table");
+    return;
+  }
+  r.check_unknown(
+      *t, "limits.",
+      {"max_request_line", "max_head_bytes", "max_headers", "max_body", "max_connections"});
+  auto& l = c.server.limits;
+  r.integer(*t, "limits.", "max_request_line", l.max_request_line, 64, 1 << 20);
+  r.integer(*t, "limits.", "max_head_bytes", l.max_head_bytes, 256, 1 << 24);
+  r.integer(*t, "limits.", "max_headers", l.max_headers, 1, 10'000);
+  r.integer(*t, "limits.", "max_body", l.max_body, 0, int64_t{1} << 40);
+  r.integer(*t, "limits.", "max_connections", c.server.max_connections, 1, 10'000'000);
+  if (l.max_request_line > l.max_head_bytes)
+    errors.problems.push_back("limits.max_request_line: larger than limits.max_head_bytes");
+}
+
+// [timeouts]
+void read_timeouts(Reader& r, const toml::node& node, Config& c, ConfigErrors& errors) {
+  auto* t = node.as_table();
+  if (!t) {
+    errors.problems.push_back("timeouts: expected a table");
+    return;
+  }
+  r.check_unknown(*t, "timeouts.",
+                  {"header_ms", "body_ms", "keepalive_ms", "write_ms", "ready_ms", "close_ms",
+                   "drain_ms", "linger_ms"});
+  auto& s = c.server;
+  constexpr int64_t kDay = 86'400'000;
+  r.integer(*t, "timeouts.", "header_ms", s.header_timeout_ms, 1, kDay);
+  r.integer(*t, "timeouts.", "body_ms", s.body_timeout_ms, 1, kDay);
+  r.integer(*t, "timeouts.", "keepalive_ms", s.keepalive_timeout_ms, 1, kDay);
+  r.integer(*t, "timeouts.", "write_ms", s.write_timeout_ms, 1, kDay);
+  r.integer(*t, "timeouts.", "ready_ms", s.ready_timeout_ms, 1, kDay);
+  r.integer(*t, "timeouts.", "close_ms", s.close_timeout_ms, 0, kDay);
+  r.integer(*t, "timeouts.", "drain_ms", s.drain_timeout_ms, 0, kDay);
+  r.integer(*t, "timeouts.", "linger_ms", s.linger_timeout_ms, 0, kDay);
+}
+
+// [tls]
+void read_tls(Reader& r, const toml::node& node, Config& c, ConfigErrors& errors) {
+  auto* t = node.as_table();
+  if (!t) {
+    errors.problems.push_back("tls: expected a table");
+    return;
+  }
+  r.check_unknown(*t, "tls.", {"listen", "cert", "key"});
+  for (auto [key, out] : {std::pair{"listen", &c.tls.listen}, std::pair{"cert", &c.tls.cert},
+                          std::pair{"key", &c.tls.key}}) {
+    auto* v = t->get(key);
+    if (!v) continue;
+    if (!v->is_string()) {
+      errors.problems.push_back(fmt::format("tls.{}: expected a string", key));
+      continue;
+    }
+    *out = *v->value<std::string>();
+  }
+  if (!c.tls.listen.empty())
+    if (auto p = core::parse_address(c.tls.listen); !p)
+      errors.problems.push_back(fmt::format("tls.listen: {}", p.error().reason));
+  if (c.tls.cert.empty() != c.tls.key.empty())
+    errors.problems.push_back("tls.cert, tls.key: set both (or neither: the dev certificate)");
+}
+
+// [http3]
+void read_http3(Reader& r, const toml::node& node, Config& c, ConfigErrors& errors) {
+  auto* t = node.as_table();
+  if (!t) {
+    errors.problems.push_back("http3: expected a table");
+    return;
+  }
+  r.check_unknown(*t, "http3.", {"enabled", "steering", "retry", "idle_ms"});
+  r.boolean(*t, "enabled", c.http3.enabled);
+  r.string(*t, "steering", c.http3.steering);
+  r.string(*t, "retry", c.http3.retry);
+  r.integer(*t, "http3.", "idle_ms", c.http3.idle_ms, 1'000, 600'000);
+  check_http3(c.http3, errors);
+}
+
+}  // namespace
+
+ConfigErrors load_config(const std::string& path, Config& c) {
+  ConfigErrors errors;
+  toml::table root;
+  if (!parse_toml(path, root, errors)) return errors;
   Reader r(root, errors);
   r.check_unknown(
       root, "",
@@ -175,195 +400,19 @@ ConfigErrors load_config(const std::string& path, Config& c) {
   r.integer(root, "", "processes", c.processes, 0, 64);
   r.integer(root, "", "max_draining_generations", c.max_draining_generations, 0, 3);
   r.string(root, "state_dir", c.state_dir);
-  if (auto* node = root.get("workers")) {
-    if (auto* kinds = node->as_table()) {
-      for (const auto& [name, kind_node] : *kinds) {
-        std::string prefix = "workers." + std::string(name.str()) + ".";
-        // The bounds of all kinds together sit beside the kinds' tables.
-        if (name.str() == "max_workers" || name.str() == "max_starting") {
-          if (kind_node.is_table()) {
-            errors.problems.push_back(prefix.substr(0, prefix.size() - 1) +
-                                      ": a worker kind may not have this name (it is the bound "
-                                      "of all kinds, an integer)");
-          } else {
-            auto& out = name.str() == "max_workers" ? c.worker_bounds.max_workers
-                                                    : c.worker_bounds.max_starting;
-            r.integer(*kinds, "workers.", std::string(name.str()).c_str(), out, 1,
-                      name.str() == "max_workers" ? 1'000'000 : 10'000);
-          }
-          continue;
-        }
-        auto* t = kind_node.as_table();
-        if (!t) {
-          errors.problems.push_back(prefix.substr(0, prefix.size() - 1) + ": expected a table");
-          continue;
-        }
-        WorkerKind k;
-        k.name = std::string(name.str());
-        bool name_ok = !k.name.empty();
-        for (char ch : k.name)
-          name_ok = name_ok && (isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-');
-        if (!name_ok)
-          errors.problems.push_back(prefix.substr(0, prefix.size() - 1) +
-                                    ": a kind name is letters, digits, '-' and '_'");
-        r.check_unknown(
-            *t, prefix,
-            {"command", "env", "routes", "idle", "start_timeout", "stop_grace", "max_workers"});
-        auto strings = [&](const char* key, std::vector<std::string>& out) {
-          auto* n = t->get(key);
-          if (!n) return;
-          auto* arr = n->as_array();
-          if (!arr) {
-            errors.problems.push_back(prefix + key + ": expected an array of strings");
-            return;
-          }
-          for (size_t i = 0; i < arr->size(); ++i) {
-            auto v = (*arr)[i].value<std::string>();
-            if (!v)
-              errors.problems.push_back(fmt::format("{}{}[{}]: expected a string", prefix, key, i));
-            else
-              out.push_back(*v);
-          }
-        };
-        strings("command", k.command);
-        strings("routes", k.routes);
-        if (k.command.empty())
-          errors.problems.push_back(prefix + "command: required (the worker's argv)");
-        else if (auto why = command_problem(k.command[0]))
-          errors.problems.push_back(prefix + "command: " + *why);
-        if (k.routes.empty())
-          errors.problems.push_back(prefix + "routes: required (e.g. [\"/" + k.name +
-                                    "/{id}/*\"])");
-        for (const auto& route : k.routes)
-          if (route.empty() || route[0] != '/' || route.find('{') == std::string::npos)
-            errors.problems.push_back(
-                prefix + "routes: '" + route +
-                "' must be a path with at least one {param} (the address key)");
-        if (auto* n = t->get("env")) {
-          if (auto* envt = n->as_table()) {
-            for (const auto& [ek, ev] : *envt) {
-              auto v = ev.value<std::string>();
-              if (!v)
-                errors.problems.push_back(prefix + "env." + std::string(ek.str()) +
-                                          ": expected a string");
-              else
-                k.env[std::string(ek.str())] = *v;
-            }
-          } else {
-            errors.problems.push_back(prefix + "env: expected a table of strings");
-          }
-        }
-        auto duration = [&](const char* key, uint32_t& out) {
-          auto* n = t->get(key);
-          if (!n) return;
-          auto ms = parse_duration_ms(*n);
-          if (!ms)
-            errors.problems.push_back(prefix + key + ": " + ms.error().reason);
-          else
-            out = ms.value();
-        };
-        duration("idle", k.idle_ms);
-        duration("start_timeout", k.start_timeout_ms);
-        duration("stop_grace", k.stop_grace_ms);
-        r.integer(*t, prefix, "max_workers", k.max_workers, 1, 1'000'000);
-        c.workers.push_back(std::move(k));
-      }
-    } else {
-      errors.problems.push_back("workers: expected a table of worker kinds ([workers.<name>])");
-    }
-  }
+  if (auto* node = root.get("workers")) read_workers(r, *node, c, errors);
   r.boolean(root, "pin", c.pin);
-  std::string level;
-  r.string(root, "log_level", level);
-  if (!level.empty()) {
-    if (level == "debug")
-      c.log_level = core::LogLevel::kDebug;
-    else if (level == "info")
-      c.log_level = core::LogLevel::kInfo;
-    else if (level == "warn")
-      c.log_level = core::LogLevel::kWarn;
-    else if (level == "error")
-      c.log_level = core::LogLevel::kError;
-    else
-      errors.problems.push_back("log_level: expected one of debug, info, warn, error");
-  }
+  read_log_level(r, root, c, errors);
   r.boolean(root, "access_log", c.server.access_log);
   r.boolean(root, "process_header", c.process_header);
   r.string(root, "server_name", c.server.server_name);
   r.string(root, "referrer_policy", c.server.referrer_policy);
   r.strings(root, "allowed_hosts", c.allowed_hosts);
   r.strings(root, "relays", c.relays);
-
-  if (auto* node = root.get("limits")) {
-    if (auto* t = node->as_table()) {
-      r.check_unknown(
-          *t, "limits.",
-          {"max_request_line", "max_head_bytes", "max_headers", "max_body", "max_connections"});
-      auto& l = c.server.limits;
-      r.integer(*t, "limits.", "max_request_line", l.max_request_line, 64, 1 << 20);
-      r.integer(*t, "limits.", "max_head_bytes", l.max_head_bytes, 256, 1 << 24);
-      r.integer(*t, "limits.", "max_headers", l.max_headers, 1, 10'000);
-      r.integer(*t, "limits.", "max_body", l.max_body, 0, int64_t{1} << 40);
-      r.integer(*t, "limits.", "max_connections", c.server.max_connections, 1, 10'000'000);
-      if (l.max_request_line > l.max_head_bytes)
-        errors.problems.push_back("limits.max_request_line: larger than limits.max_head_bytes");
-    } else {
-      errors.problems.push_back("limits: expected a table");
-    }
-  }
-  if (auto* node = root.get("timeouts")) {
-    if (auto* t = node->as_table()) {
-      r.check_unknown(*t, "timeouts.",
-                      {"header_ms", "body_ms", "keepalive_ms", "write_ms", "ready_ms", "close_ms",
-                       "drain_ms", "linger_ms"});
-      auto& s = c.server;
-      constexpr int64_t kDay = 86'400'000;
-      r.integer(*t, "timeouts.", "header_ms", s.header_timeout_ms, 1, kDay);
-      r.integer(*t, "timeouts.", "body_ms", s.body_timeout_ms, 1, kDay);
-      r.integer(*t, "timeouts.", "keepalive_ms", s.keepalive_timeout_ms, 1, kDay);
-      r.integer(*t, "timeouts.", "write_ms", s.write_timeout_ms, 1, kDay);
-      r.integer(*t, "timeouts.", "ready_ms", s.ready_timeout_ms, 1, kDay);
-      r.integer(*t, "timeouts.", "close_ms", s.close_timeout_ms, 0, kDay);
-      r.integer(*t, "timeouts.", "drain_ms", s.drain_timeout_ms, 0, kDay);
-      r.integer(*t, "timeouts.", "linger_ms", s.linger_timeout_ms, 0, kDay);
-    } else {
-      errors.problems.push_back("timeouts: expected a table");
-    }
-  }
-  if (auto* node = root.get("tls")) {
-    if (auto* t = node->as_table()) {
-      r.check_unknown(*t, "tls.", {"listen", "cert", "key"});
-      for (auto [key, out] : {std::pair{"listen", &c.tls.listen}, std::pair{"cert", &c.tls.cert},
-                              std::pair{"key", &c.tls.key}}) {
-        auto* v = t->get(key);
-        if (!v) continue;
-        if (!v->is_string()) {
-          errors.problems.push_back(fmt::format("tls.{}: expected a string", key));
-          continue;
-        }
-        *out = *v->value<std::string>();
-      }
-      if (!c.tls.listen.empty())
-        if (auto p = core::parse_address(c.tls.listen); !p)
-          errors.problems.push_back(fmt::format("tls.listen: {}", p.error().reason));
-      if (c.tls.cert.empty() != c.tls.key.empty())
-        errors.problems.push_back("tls.cert, tls.key: set both (or neither: the dev certificate)");
-    } else {
-      errors.problems.push_back("tls: expected a table");
-    }
-  }
-  if (auto* node = root.get("http3")) {
-    if (auto* t = node->as_table()) {
-      r.check_unknown(*t, "http3.", {"enabled", "steering", "retry", "idle_ms"});
-      r.boolean(*t, "enabled", c.http3.enabled);
-      r.string(*t, "steering", c.http3.steering);
-      r.string(*t, "retry", c.http3.retry);
-      r.integer(*t, "http3.", "idle_ms", c.http3.idle_ms, 1'000, 600'000);
-      check_http3(c.http3, errors);
-    } else {
-      errors.problems.push_back("http3: expected a table");
-    }
-  }
+  if (auto* node = root.get("limits")) read_limits(r, *node, c, errors);
+  if (auto* node = root.get("timeouts")) read_timeouts(r, *node, c, errors);
+  if (auto* node = root.get("tls")) read_tls(r, *node, c, errors);
+  if (auto* node = root.get("http3")) read_http3(r, *node, c, errors);
   build_policy(c, errors);
   return errors;
 }

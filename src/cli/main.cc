@@ -249,15 +249,8 @@ int serve(const Flags& flags) {
   return app::serve(log, std::move(prepared.options));
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"corral: an application server (HTTP/1.1, one process per CPU, workers per address)",
-               "corral"};
-  app.set_version_flag("--version", std::string("corral ") + kVersion);
-  app.require_subcommand(1);
-
-  Flags flags;
+// `corral serve`: its options, into `flags`.
+void add_serve_options(CLI::App& app, Flags& flags) {
   auto* serve_cmd = app.add_subcommand("serve", "Serve DIR (default: the embedded welcome site)");
   serve_cmd->add_option("DIR", flags.root, "Directory to serve");
   serve_cmd->add_option("--listen", flags.listen, "Address to listen on (default 127.0.0.1:8080)");
@@ -289,6 +282,86 @@ int main(int argc, char** argv) {
                         "HTTP/3 steering: auto (default), bpf, forward or off");
   serve_cmd->add_option("--retry", flags.retry, "HTTP/3 Retry: auto (default), on or off");
   serve_cmd->add_flag("--no-http3", flags.no_http3, "No HTTP/3 on the TLS listener's port");
+}
+
+// `corral ctl WHAT [ADDRESS]`: one request to the supervisor's control socket, its answer printed.
+int run_ctl(const Flags& flags, const std::string& ctl_what, const std::string& ctl_address) {
+  auto dir = state_directory(flags.state_dir);
+  if (!dir) return state_problem(dir.error());
+  auto fd = core::connect_unix(dir.value() + "/control.sock");
+  if (!fd) {
+    std::cerr << "corral: " << fd.error().reason
+              << " (is a supervisor running: --processes N, or workers?)\n";
+    return 1;
+  }
+  std::string req;
+  if (ctl_what == "processes" || ctl_what == "workers") {
+    req = "GET /" + ctl_what + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+  } else {
+    if (ctl_address.empty()) {
+      std::cerr << "corral: ctl " << ctl_what << " needs an ADDRESS (e.g. doc:42)\n";
+      return 2;
+    }
+    std::string encoded = http::percent_encode_name(ctl_address);  // one path segment
+    req = "POST /workers/" + encoded + "/" + ctl_what +
+          " HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+  }
+  if (::write(fd->get(), req.data(), req.size()) != static_cast<ssize_t>(req.size())) return 1;
+  std::string resp;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd->get(), buf, sizeof buf)) > 0;)
+    resp.append(buf, static_cast<size_t>(n));
+  auto body = resp.find("\r\n\r\n");
+  std::cout << (body == std::string::npos ? resp : resp.substr(body + 4)) << "\n";
+  return resp.rfind("HTTP/1.1 2", 0) == 0 ? 0 : 1;
+}
+
+// `corral cert`: makes (or reuses) the dev certificate in `cert_dir` (default: the state
+// directory's tls/) and prints where it is.
+int run_cert(const Flags& flags, std::string cert_dir) {
+  if (cert_dir.empty()) {
+    auto dir = state_directory(flags.state_dir);
+    if (!dir) return state_problem(dir.error());
+    cert_dir = dir.value() + "/tls";
+  }
+  auto paths = tls::ensure_dev_cert(cert_dir);
+  if (!paths) {
+    int status = print_problems({{paths.error().reason}}, "cert");
+    return paths.error().code == core::kErrorUnsafePath ? kExitUnsafeState : status;
+  }
+  auto creds = tls::Credentials::load(paths->cert, paths->key);
+  if (!creds) return print_problems({{creds.error().reason}}, "cert");
+  std::cout << "cert: " << paths->cert << "\nkey: " << paths->key
+            << "\nspki_sha256: " << creds.value()->spki_sha256()
+            << "\nnames: localhost 127.0.0.1 ::1\n"
+            << "try: curl --cacert " << paths->cert << " https://localhost:8443/\n";
+  return 0;
+}
+
+// `corral check`: loads flags.config_path and prints every problem, or ok.
+int run_check(const Flags& flags) {
+  cli::Config config;
+  auto errors = cli::load_config(flags.config_path, config);
+  // A configured certificate and key are read as serve would read them (the dev certificate,
+  // made by serve when there is none, is not).
+  if (errors.empty() && !config.tls.cert.empty() && !config.tls.key.empty())
+    if (auto creds = tls::Credentials::load(config.tls.cert, config.tls.key); !creds)
+      errors.problems.push_back("tls." + creds.error().reason);
+  if (!errors.empty()) return print_problems(errors, flags.config_path);
+  std::cout << "corral: " << flags.config_path << ": ok\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"corral: an application server (HTTP/1.1, one process per CPU, workers per address)",
+               "corral"};
+  app.set_version_flag("--version", std::string("corral ") + kVersion);
+  app.require_subcommand(1);
+
+  Flags flags;
+  add_serve_options(app, flags);
 
   auto* cert_cmd = app.add_subcommand(
       "cert", "Make (or reuse) the dev certificate for localhost, 127.0.0.1 and ::1 and print it");
@@ -310,68 +383,8 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
 
-  if (ctl->parsed()) {
-    auto dir = state_directory(flags.state_dir);
-    if (!dir) return state_problem(dir.error());
-    auto fd = core::connect_unix(dir.value() + "/control.sock");
-    if (!fd) {
-      std::cerr << "corral: " << fd.error().reason
-                << " (is a supervisor running: --processes N, or workers?)\n";
-      return 1;
-    }
-    std::string req;
-    if (ctl_what == "processes" || ctl_what == "workers") {
-      req = "GET /" + ctl_what + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
-    } else {
-      if (ctl_address.empty()) {
-        std::cerr << "corral: ctl " << ctl_what << " needs an ADDRESS (e.g. doc:42)\n";
-        return 2;
-      }
-      std::string encoded = http::percent_encode_name(ctl_address);  // one path segment
-      req = "POST /workers/" + encoded + "/" + ctl_what +
-            " HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-    }
-    if (::write(fd->get(), req.data(), req.size()) != static_cast<ssize_t>(req.size())) return 1;
-    std::string resp;
-    char buf[4096];
-    for (ssize_t n; (n = ::read(fd->get(), buf, sizeof buf)) > 0;)
-      resp.append(buf, static_cast<size_t>(n));
-    auto body = resp.find("\r\n\r\n");
-    std::cout << (body == std::string::npos ? resp : resp.substr(body + 4)) << "\n";
-    return resp.rfind("HTTP/1.1 2", 0) == 0 ? 0 : 1;
-  }
-
-  if (cert_cmd->parsed()) {
-    if (cert_dir.empty()) {
-      auto dir = state_directory(flags.state_dir);
-      if (!dir) return state_problem(dir.error());
-      cert_dir = dir.value() + "/tls";
-    }
-    auto paths = tls::ensure_dev_cert(cert_dir);
-    if (!paths) {
-      int status = print_problems({{paths.error().reason}}, "cert");
-      return paths.error().code == core::kErrorUnsafePath ? kExitUnsafeState : status;
-    }
-    auto creds = tls::Credentials::load(paths->cert, paths->key);
-    if (!creds) return print_problems({{creds.error().reason}}, "cert");
-    std::cout << "cert: " << paths->cert << "\nkey: " << paths->key
-              << "\nspki_sha256: " << creds.value()->spki_sha256()
-              << "\nnames: localhost 127.0.0.1 ::1\n"
-              << "try: curl --cacert " << paths->cert << " https://localhost:8443/\n";
-    return 0;
-  }
-
-  if (check->parsed()) {
-    cli::Config config;
-    auto errors = cli::load_config(flags.config_path, config);
-    // A configured certificate and key are read as serve would read them (the dev certificate,
-    // made by serve when there is none, is not).
-    if (errors.empty() && !config.tls.cert.empty() && !config.tls.key.empty())
-      if (auto creds = tls::Credentials::load(config.tls.cert, config.tls.key); !creds)
-        errors.problems.push_back("tls." + creds.error().reason);
-    if (!errors.empty()) return print_problems(errors, flags.config_path);
-    std::cout << "corral: " << flags.config_path << ": ok\n";
-    return 0;
-  }
+  if (ctl->parsed()) return run_ctl(flags, ctl_what, ctl_address);
+  if (cert_cmd->parsed()) return run_cert(flags, std::move(cert_dir));
+  if (check->parsed()) return run_check(flags);
   return serve(flags);
 }

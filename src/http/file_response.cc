@@ -220,6 +220,121 @@ std::string content_disposition_attachment(std::string_view name) {
   return out;
 }
 
+namespace {
+
+// Opens spec's file into out.fd: beneath spec.root when one is set (then `root` and `rel` stay
+// set, for the directory's index), else spec.path as given. Returns 0, or the status to fail with.
+int open_target(const FileSpec& spec, core::UniqueFd& root, std::string& rel, ResolvedFile& out) {
+  int fd = -1;
+  if (!spec.root.empty()) {
+    root.reset(::open(spec.root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!root) return status_for_errno(errno);
+    std::string_view p = spec.path;
+    while (!p.empty() && p.front() == '/') p.remove_prefix(1);
+    if (!spec.dotfiles && hidden_path(p)) return 404;
+    rel = p.empty() ? std::string(".") : std::string(p);
+    fd = open_beneath(root.get(), rel);
+  } else {
+    if (spec.path.empty()) return 404;
+    fd = ::open(spec.path.c_str(), kOpenFlags);
+    if (fd < 0) fd = -errno;
+  }
+  if (fd < 0) return status_for_errno(-fd);
+  out.fd.reset(fd);
+  return 0;
+}
+
+// out.fd is a directory: replaces it with its index.html (and `st` with the index's), or asks
+// for the trailing slash with a 301. Returns 0, or the status to fail with.
+int open_directory_index(const Request& req, const FileSpec& spec, const core::UniqueFd& root,
+                         const std::string& rel, ResolvedFile& out, struct stat& st) {
+  if (!spec.directory_index) return 404;
+  int fd = -1;
+  if (root) {
+    std::string index = rel == "." ? std::string() : rel;
+    if (!index.empty() && index.back() != '/') index += '/';
+    index += "index.html";
+    fd = open_beneath(root.get(), index);
+  } else {
+    fd = ::openat(out.fd.get(), "index.html", kOpenFlags);
+    if (fd < 0) fd = -errno;
+  }
+  if (fd < 0) return status_for_errno(-fd);
+  out.fd.reset(fd);
+  if (::fstat(out.fd.get(), &st) != 0) return 500;
+  if (!S_ISREG(st.st_mode)) return 404;
+  // Relative links in the index resolve against its directory only with the trailing slash.
+  // Never for "//host" or "/\host": the Location would leave this site.
+  std::string_view path = req.path;
+  if (!path.empty() && path.front() == '/' && path.back() != '/' && !path.starts_with("//") &&
+      !path.starts_with("/\\")) {
+    out.location = std::string(path) + "/";
+    if (!req.query.empty()) {
+      out.location += '?';
+      out.location += req.query;
+    }
+    return 301;
+  }
+  return 0;
+}
+
+// The conditional headers, in RFC 9110 §13.2.2 order: 0 to go on, 412 or 304.
+int check_conditionals(const Request& req, std::string_view etag, time_t last_modified) {
+  const bool get_or_head = req.method == Method::kGet || req.method == Method::kHead;
+  if (req.headers.count("If-Match") > 0) {
+    if (!etag_list_matches(req.headers, "If-Match", etag, /*strong=*/true)) return 412;
+  } else if (auto since = header_date(req, "If-Unmodified-Since")) {
+    if (last_modified > *since) return 412;
+  }
+  bool not_modified = false;
+  if (req.headers.count("If-None-Match") > 0) {
+    if (etag_list_matches(req.headers, "If-None-Match", etag, /*strong=*/false)) {
+      if (!get_or_head) return 412;
+      not_modified = true;
+    }
+  } else if (get_or_head) {
+    auto since = header_date(req, "If-Modified-Since");
+    not_modified = since && last_modified <= *since;
+  }
+  return not_modified ? 304 : 0;
+}
+
+// Range, only where a 200 would be sent, and only while If-Range's validator still holds.
+RangeResult requested_range(const Request& req, std::string_view etag, time_t last_modified,
+                            uint64_t size) {
+  RangeResult range;
+  if (req.method == Method::kGet || req.method == Method::kHead) {
+    auto range_header = req.header("Range");
+    if (range_header) {
+      auto if_range = req.header("If-Range");
+      if (!if_range || if_range_allows(*if_range, etag, last_modified))
+        range = parse_range(*range_header, size);
+    }
+  }
+  return range;
+}
+
+// A 206 of several ranges: one multipart/byteranges body, framed around out.ranges.
+void frame_multipart(ResolvedFile& out, const std::string& type) {
+  std::string boundary = make_boundary();
+  uint64_t total = 0;
+  out.parts.reserve(out.ranges.size());
+  for (const ByteRange& r : out.ranges) {
+    // Every part starts with CRLF: before the first it is an empty preamble's line end
+    // (RFC 2046 §5.1.1), so all parts are framed alike.
+    std::string head = "\r\n--" + boundary + "\r\nContent-Type: " + type +
+                       "\r\nContent-Range: " + content_range(r, out.size) + "\r\n\r\n";
+    total += head.size() + r.length();
+    out.parts.push_back({std::move(head), r});
+  }
+  out.tail = "\r\n--" + boundary + "--\r\n";
+  total += out.tail.size();
+  out.content_length = total;
+  out.content_type = "multipart/byteranges; boundary=" + boundary;
+}
+
+}  // namespace
+
 ResolvedFile resolve_file(const Request& req, const FileSpec& spec) {
   ResolvedFile out;
   if (spec.path.find('\0') != std::string::npos || spec.root.find('\0') != std::string::npos)
@@ -228,54 +343,13 @@ ResolvedFile resolve_file(const Request& req, const FileSpec& spec) {
   // Open the file (or the directory, then its index).
   core::UniqueFd root;
   std::string rel;
-  int fd = -1;
-  if (!spec.root.empty()) {
-    root.reset(::open(spec.root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-    if (!root) return fail(out, status_for_errno(errno));
-    std::string_view p = spec.path;
-    while (!p.empty() && p.front() == '/') p.remove_prefix(1);
-    if (!spec.dotfiles && hidden_path(p)) return fail(out, 404);
-    rel = p.empty() ? std::string(".") : std::string(p);
-    fd = open_beneath(root.get(), rel);
-  } else {
-    if (spec.path.empty()) return fail(out, 404);
-    fd = ::open(spec.path.c_str(), kOpenFlags);
-    if (fd < 0) fd = -errno;
-  }
-  if (fd < 0) return fail(out, status_for_errno(-fd));
-  out.fd.reset(fd);
-
+  if (int status = open_target(spec, root, rel, out)) return fail(out, status);
   struct stat st;
   if (::fstat(out.fd.get(), &st) != 0) return fail(out, 500);
   std::string_view type_name = spec.path;
   if (S_ISDIR(st.st_mode)) {
-    if (!spec.directory_index) return fail(out, 404);
-    if (root) {
-      std::string index = rel == "." ? std::string() : rel;
-      if (!index.empty() && index.back() != '/') index += '/';
-      index += "index.html";
-      fd = open_beneath(root.get(), index);
-    } else {
-      fd = ::openat(out.fd.get(), "index.html", kOpenFlags);
-      if (fd < 0) fd = -errno;
-    }
-    if (fd < 0) return fail(out, status_for_errno(-fd));
-    out.fd.reset(fd);
-    if (::fstat(out.fd.get(), &st) != 0) return fail(out, 500);
-    if (!S_ISREG(st.st_mode)) return fail(out, 404);
+    if (int status = open_directory_index(req, spec, root, rel, out, st)) return fail(out, status);
     type_name = "index.html";
-    // Relative links in the index resolve against its directory only with the trailing slash.
-    // Never for "//host" or "/\host": the Location would leave this site.
-    std::string_view path = req.path;
-    if (!path.empty() && path.front() == '/' && path.back() != '/' && !path.starts_with("//") &&
-        !path.starts_with("/\\")) {
-      out.location = std::string(path) + "/";
-      if (!req.query.empty()) {
-        out.location += '?';
-        out.location += req.query;
-      }
-      return fail(out, 301);
-    }
   }
   if (!S_ISREG(st.st_mode)) return fail(out, 404);
 
@@ -291,42 +365,17 @@ ResolvedFile resolve_file(const Request& req, const FileSpec& spec) {
     out.headers.emplace_back("Last-Modified", last_modified_text);
   };
 
-  // Conditionals, in RFC 9110 §13.2.2 order.
-  const bool get_or_head = req.method == Method::kGet || req.method == Method::kHead;
-  if (req.headers.count("If-Match") > 0) {
-    if (!etag_list_matches(req.headers, "If-Match", etag, /*strong=*/true)) return fail(out, 412);
-  } else if (auto since = header_date(req, "If-Unmodified-Since")) {
-    if (last_modified > *since) return fail(out, 412);
-  }
-  bool not_modified = false;
-  if (req.headers.count("If-None-Match") > 0) {
-    if (etag_list_matches(req.headers, "If-None-Match", etag, /*strong=*/false)) {
-      if (!get_or_head) return fail(out, 412);
-      not_modified = true;
+  if (int status = check_conditionals(req, etag, last_modified)) {
+    if (status == 304) {
+      add_validators();
+      if (!cache_control.empty()) out.headers.emplace_back("Cache-Control", cache_control);
     }
-  } else if (get_or_head) {
-    auto since = header_date(req, "If-Modified-Since");
-    not_modified = since && last_modified <= *since;
-  }
-  if (not_modified) {
-    add_validators();
-    if (!cache_control.empty()) out.headers.emplace_back("Cache-Control", cache_control);
-    return fail(out, 304);
+    return fail(out, status);
   }
 
   std::string type =
       spec.content_type.empty() ? std::string(mime_type_for(type_name)) : spec.content_type;
-
-  // Range, only where a 200 would be sent, and only while If-Range's validator still holds.
-  RangeResult range;
-  if (get_or_head) {
-    auto range_header = req.header("Range");
-    if (range_header) {
-      auto if_range = req.header("If-Range");
-      if (!if_range || if_range_allows(*if_range, etag, last_modified))
-        range = parse_range(*range_header, out.size);
-    }
-  }
+  RangeResult range = requested_range(req, etag, last_modified, out.size);
 
   add_validators();
   out.headers.emplace_back("Accept-Ranges", "bytes");
@@ -347,21 +396,7 @@ ResolvedFile resolve_file(const Request& req, const FileSpec& spec) {
         out.content_length = out.ranges[0].length();
         out.content_type = std::move(type);
       } else {
-        std::string boundary = make_boundary();
-        uint64_t total = 0;
-        out.parts.reserve(out.ranges.size());
-        for (const ByteRange& r : out.ranges) {
-          // Every part starts with CRLF: before the first it is an empty preamble's line end
-          // (RFC 2046 §5.1.1), so all parts are framed alike.
-          std::string head = "\r\n--" + boundary + "\r\nContent-Type: " + type +
-                             "\r\nContent-Range: " + content_range(r, out.size) + "\r\n\r\n";
-          total += head.size() + r.length();
-          out.parts.push_back({std::move(head), r});
-        }
-        out.tail = "\r\n--" + boundary + "--\r\n";
-        total += out.tail.size();
-        out.content_length = total;
-        out.content_type = "multipart/byteranges; boundary=" + boundary;
+        frame_multipart(out, type);
       }
       break;
   }

@@ -57,14 +57,72 @@ std::string describe_byte(char c) {
   return std::string("byte 0x") + kHex[u >> 4] + kHex[u & 15];
 }
 
+// One line of `problems`, naming the pattern.
+void add_problem(std::vector<std::string>& problems, std::string_view pattern, std::string what) {
+  problems.push_back("route " + quoted(pattern) + ": " + std::move(what));
+}
+
+// Parses segment number `index` of `pattern` (`last` when nothing follows it) into `ps`;
+// `before` holds the segments parsed so far. Problems go to `problems`.
+void parse_segment(std::string_view pattern, std::string_view seg, bool last, size_t index,
+                   const std::vector<ParsedSegment>& before, ParsedSegment& ps,
+                   std::vector<std::string>& problems) {
+  auto problem = [&](std::string what) { add_problem(problems, pattern, std::move(what)); };
+  std::string where = "segment " + std::to_string(index) + " " + quoted(seg);
+  if (seg.empty()) {
+    // Only a trailing slash ("/", "/a/") may leave an empty segment: a request segment is never
+    // matched as empty elsewhere, so "/a//b" could never match.
+    if (!last) problem("empty " + where + " (\"//\"): only a trailing '/' is allowed");
+  } else if (seg == "*") {
+    ps.kind = SegmentKind::kWildcard;
+    if (!last) problem("'*' must be the last segment, found as " + where);
+  } else if (seg.front() == '{' || seg.back() == '}') {
+    if (seg.size() < 2 || seg.front() != '{' || seg.back() != '}' ||
+        seg.find_first_of("{}", 1) != seg.size() - 1) {
+      problem("a parameter must be a whole segment \"{name}\", found " + where);
+    } else {
+      ps.kind = SegmentKind::kParam;
+      ps.name = seg.substr(1, seg.size() - 2);
+      if (!is_identifier(ps.name)) {
+        problem("parameter name " + quoted(ps.name) +
+                " is not an identifier (letters, digits, '_'; not starting with a digit)");
+      }
+      for (const auto& other : before) {
+        if (other.kind == SegmentKind::kParam && other.name == ps.name) {
+          problem("parameter name " + quoted(ps.name) + " is used twice");
+          break;
+        }
+      }
+    }
+  } else {
+    bool ok = true;
+    for (char c : seg) {
+      if (c == '{' || c == '}' || c == '*') {
+        problem(std::string("'") + c + "' in " + where +
+                ": '{name}' and '*' must be whole segments");
+        ok = false;
+        break;
+      }
+      if (c != '%' && !is_valid_path_char(c)) {
+        problem(describe_byte(c) + " is not allowed in a path literal (" + where +
+                "); percent-encode it");
+        ok = false;
+        break;
+      }
+    }
+    if (ok && !percent_decode_segment(seg, ps.literal)) {
+      problem("bad percent-escape in " + where +
+              " (want %XX with two hex digits, not %00 nor %2F)");
+    }
+  }
+}
+
 // Parses `pattern` into `out`. Every syntax problem is appended to `problems` as one line naming
 // the pattern; returns whether there was none.
 bool parse_pattern(std::string_view pattern, ParsedPattern& out,
                    std::vector<std::string>& problems) {
   const size_t problems_before = problems.size();
-  auto problem = [&](std::string what) {
-    problems.push_back("route " + quoted(pattern) + ": " + std::move(what));
-  };
+  auto problem = [&](std::string what) { add_problem(problems, pattern, std::move(what)); };
 
   std::string_view path = pattern;
   out = ParsedPattern{};
@@ -101,54 +159,8 @@ bool parse_pattern(std::string_view pattern, ParsedPattern& out,
     std::string_view seg = rest.substr(0, slash);
     const bool last = slash == std::string_view::npos;
     ++index;
-    std::string where = "segment " + std::to_string(index) + " " + quoted(seg);
     ParsedSegment ps;
-    if (seg.empty()) {
-      // Only a trailing slash ("/", "/a/") may leave an empty segment: a request segment is never
-      // matched as empty elsewhere, so "/a//b" could never match.
-      if (!last) problem("empty " + where + " (\"//\"): only a trailing '/' is allowed");
-    } else if (seg == "*") {
-      ps.kind = SegmentKind::kWildcard;
-      if (!last) problem("'*' must be the last segment, found as " + where);
-    } else if (seg.front() == '{' || seg.back() == '}') {
-      if (seg.size() < 2 || seg.front() != '{' || seg.back() != '}' ||
-          seg.find_first_of("{}", 1) != seg.size() - 1) {
-        problem("a parameter must be a whole segment \"{name}\", found " + where);
-      } else {
-        ps.kind = SegmentKind::kParam;
-        ps.name = seg.substr(1, seg.size() - 2);
-        if (!is_identifier(ps.name)) {
-          problem("parameter name " + quoted(ps.name) +
-                  " is not an identifier (letters, digits, '_'; not starting with a digit)");
-        }
-        for (const auto& other : out.segments) {
-          if (other.kind == SegmentKind::kParam && other.name == ps.name) {
-            problem("parameter name " + quoted(ps.name) + " is used twice");
-            break;
-          }
-        }
-      }
-    } else {
-      bool ok = true;
-      for (char c : seg) {
-        if (c == '{' || c == '}' || c == '*') {
-          problem(std::string("'") + c + "' in " + where +
-                  ": '{name}' and '*' must be whole segments");
-          ok = false;
-          break;
-        }
-        if (c != '%' && !is_valid_path_char(c)) {
-          problem(describe_byte(c) + " is not allowed in a path literal (" + where +
-                  "); percent-encode it");
-          ok = false;
-          break;
-        }
-      }
-      if (ok && !percent_decode_segment(seg, ps.literal)) {
-        problem("bad percent-escape in " + where +
-                " (want %XX with two hex digits, not %00 nor %2F)");
-      }
-    }
+    parse_segment(pattern, seg, last, index, out.segments, ps, problems);
     out.segments.push_back(std::move(ps));
     if (last) break;
     rest = rest.substr(slash + 1);
@@ -231,6 +243,13 @@ struct Router::Impl {
   std::unique_ptr<char[]> text;  // every pattern, back to back: stable across moves
   std::vector<Route> routes;
   std::vector<Node> nodes;  // nodes[0] is the root (the empty prefix)
+
+  // Build steps. insert_path adds `parsed`'s path to the trie (its parameter names to `route`)
+  // and returns the endpoints its routes end at; claim records route `index` there for parsed's
+  // method, or adds a problem and returns false when another route holds that place already.
+  Endpoints& insert_path(const ParsedPattern& parsed, Route& route);
+  bool claim(Endpoints& endpoints, const ParsedPattern& parsed, std::string_view pattern,
+             uint32_t index, std::vector<std::string>& problems);
 
   // One depth-first walk over the trie, in precedence order. In the find pass it stops at the
   // first route answering the method; in the allow pass (after a failed find that matched a path)
@@ -315,6 +334,87 @@ size_t Router::size() const {
   return impl_->routes.size();
 }
 
+namespace {
+
+// Why a route for this method is refused; empty when it is not.
+std::string_view refused_method_reason(Method method) {
+  switch (method) {
+    case Method::kTrace:
+    case Method::kTrack:
+      return "it echoes the request, headers and cookies included (cross-site tracing)";
+    case Method::kConnect:
+      return "corral is not a forward proxy";
+    default:
+      return {};
+  }
+}
+
+std::string join_lines(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const auto& line : lines) {
+    if (!out.empty()) out += '\n';
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace
+
+Router::Impl::Endpoints& Router::Impl::insert_path(const ParsedPattern& parsed, Route& route) {
+  uint32_t node = 0;
+  for (const auto& seg : parsed.segments) {
+    if (seg.kind == SegmentKind::kWildcard) return nodes[node].wildcard;
+    uint32_t next;
+    if (seg.kind == SegmentKind::kParam) {
+      route.param_names.push_back(seg.name);
+      if (nodes[node].param_child < 0) {
+        next = static_cast<uint32_t>(nodes.size());
+        nodes[node].param_child = static_cast<int32_t>(next);
+        nodes.emplace_back();  // invalidates references into nodes: indices only above
+      } else {
+        next = static_cast<uint32_t>(nodes[node].param_child);
+      }
+    } else {
+      auto& lits = nodes[node].literals;
+      auto it = std::find_if(lits.begin(), lits.end(),
+                             [&](const auto& edge) { return edge.first == seg.literal; });
+      if (it != lits.end()) {
+        next = it->second;
+      } else {
+        next = static_cast<uint32_t>(nodes.size());
+        lits.emplace_back(seg.literal, next);
+        nodes.emplace_back();
+      }
+    }
+    node = next;
+  }
+  return nodes[node].terminal;
+}
+
+bool Router::Impl::claim(Endpoints& endpoints, const ParsedPattern& parsed,
+                         std::string_view pattern, uint32_t index,
+                         std::vector<std::string>& problems) {
+  if (parsed.any_method) {
+    if (endpoints.any >= 0) {
+      problems.push_back("routes " + quoted(routes[endpoints.any].pattern) + " and " +
+                         quoted(pattern) + " conflict: same path shape, both for any method");
+      return false;
+    }
+    endpoints.any = static_cast<int32_t>(index);
+    return true;
+  }
+  auto it = std::find_if(endpoints.specific.begin(), endpoints.specific.end(), [&](const Entry& e) {
+    return same_method(e.method, e.method_name, parsed.method, parsed.method_name);
+  });
+  if (it != endpoints.specific.end()) {
+    problems.push_back("routes " + quoted(routes[it->route].pattern) + " and " + quoted(pattern) +
+                       " conflict: same method and path shape");
+    return false;
+  }
+  endpoints.specific.push_back({parsed.method, parsed.method_name, index});
+  return true;
+}
+
 core::Result<Router> Router::build(std::vector<RouteDef> defs) {
   auto impl = std::make_unique<Impl>();
   size_t total = 0;
@@ -332,18 +432,7 @@ core::Result<Router> Router::build(std::vector<RouteDef> defs) {
     ParsedPattern parsed;
     if (!parse_pattern(pattern, parsed, problems)) continue;
     if (!parsed.any_method) {
-      std::string_view why;
-      switch (parsed.method) {
-        case Method::kTrace:
-        case Method::kTrack:
-          why = "it echoes the request, headers and cookies included (cross-site tracing)";
-          break;
-        case Method::kConnect:
-          why = "corral is not a forward proxy";
-          break;
-        default:
-          break;
-      }
+      std::string_view why = refused_method_reason(parsed.method);
       if (!why.empty()) {
         problems.push_back(std::string(parsed.method_name) + " routes are refused: " +
                            quoted(pattern) + " (" + std::string(why) + ")");
@@ -352,70 +441,13 @@ core::Result<Router> Router::build(std::vector<RouteDef> defs) {
     }
 
     Impl::Route route{pattern, d.id, {}};
-    uint32_t node = 0;
-    Impl::Endpoints* endpoints = nullptr;
-    for (const auto& seg : parsed.segments) {
-      if (seg.kind == SegmentKind::kWildcard) {
-        endpoints = &impl->nodes[node].wildcard;
-        break;
-      }
-      uint32_t next;
-      if (seg.kind == SegmentKind::kParam) {
-        route.param_names.push_back(seg.name);
-        if (impl->nodes[node].param_child < 0) {
-          next = static_cast<uint32_t>(impl->nodes.size());
-          impl->nodes[node].param_child = static_cast<int32_t>(next);
-          impl->nodes.emplace_back();  // invalidates references into nodes: indices only above
-        } else {
-          next = static_cast<uint32_t>(impl->nodes[node].param_child);
-        }
-      } else {
-        auto& lits = impl->nodes[node].literals;
-        auto it = std::find_if(lits.begin(), lits.end(),
-                               [&](const auto& edge) { return edge.first == seg.literal; });
-        if (it != lits.end()) {
-          next = it->second;
-        } else {
-          next = static_cast<uint32_t>(impl->nodes.size());
-          lits.emplace_back(seg.literal, next);
-          impl->nodes.emplace_back();
-        }
-      }
-      node = next;
-    }
-    if (!endpoints) endpoints = &impl->nodes[node].terminal;
-
+    Impl::Endpoints& endpoints = impl->insert_path(parsed, route);
     const uint32_t index = static_cast<uint32_t>(impl->routes.size());
-    if (parsed.any_method) {
-      if (endpoints->any >= 0) {
-        problems.push_back("routes " + quoted(impl->routes[endpoints->any].pattern) + " and " +
-                           quoted(pattern) + " conflict: same path shape, both for any method");
-        continue;
-      }
-      endpoints->any = static_cast<int32_t>(index);
-    } else {
-      auto it = std::find_if(
-          endpoints->specific.begin(), endpoints->specific.end(), [&](const Impl::Entry& e) {
-            return same_method(e.method, e.method_name, parsed.method, parsed.method_name);
-          });
-      if (it != endpoints->specific.end()) {
-        problems.push_back("routes " + quoted(impl->routes[it->route].pattern) + " and " +
-                           quoted(pattern) + " conflict: same method and path shape");
-        continue;
-      }
-      endpoints->specific.push_back({parsed.method, parsed.method_name, index});
-    }
+    if (!impl->claim(endpoints, parsed, pattern, index, problems)) continue;
     impl->routes.push_back(std::move(route));
   }
 
-  if (!problems.empty()) {
-    std::string reason;
-    for (const auto& p : problems) {
-      if (!reason.empty()) reason += '\n';
-      reason += p;
-    }
-    return core::Error{EINVAL, std::move(reason)};
-  }
+  if (!problems.empty()) return core::Error{EINVAL, join_lines(problems)};
   for (auto& n : impl->nodes) {
     std::sort(n.literals.begin(), n.literals.end(),
               [](const auto& a, const auto& b) { return less_unsigned(a.first, b.first); });

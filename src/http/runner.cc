@@ -4,19 +4,17 @@
 
 namespace corral::http {
 
-int run_server(core::Logger& log, const RunOptions& options, std::shared_ptr<const Site> site) {
-  signal(SIGPIPE, SIG_IGN);
-  core::EventLoop loop;
-  std::shared_ptr<void> services;
-  if (options.on_loop) services = options.on_loop(loop);
-  Server server(loop, log, options.server);
-  if (options.policy) server.set_policy(options.policy);
-  std::vector<core::SocketAddress> bound;
+namespace {
+
+// Binds options' listeners (plain, then TLS; addresses, then adopted fds) and appends what each
+// is bound to to `bound`. False, after logging why, when one fails.
+bool bind_listeners(core::Logger& log, const RunOptions& options, Server& server,
+                    std::vector<core::SocketAddress>& bound) {
   for (const auto& addr : options.listen) {
     auto r = server.listen(addr);
     if (!r) {
       log.error("listen_failed", "address={} error=\"{}\"", addr.to_string(), r.error().reason);
-      return 1;
+      return false;
     }
     bound.push_back(r.value());
     log.info("listening", "address={}", r->to_string());
@@ -26,19 +24,19 @@ int run_server(core::Logger& log, const RunOptions& options, std::shared_ptr<con
     if (auto r = server.adopt_listener(core::UniqueFd(fd)); !r || !local) {
       log.error("listen_failed", "fd={} error=\"{}\"", fd,
                 r ? local.error().reason : r.error().reason);
-      return 1;
+      return false;
     }
     bound.push_back(local.value());
   }
   if ((!options.listen_tls.empty() || !options.adopt_tls_fds.empty()) && !options.tls) {
     log.error("listen_failed", "error=\"TLS listeners without a TLS configuration\"");
-    return 1;
+    return false;
   }
   for (const auto& addr : options.listen_tls) {
     auto r = server.listen(addr, false, options.tls);
     if (!r) {
       log.error("listen_failed", "address={} error=\"{}\"", addr.to_string(), r.error().reason);
-      return 1;
+      return false;
     }
     bound.push_back(r.value());
     log.info("tls_listening", "address={}", r->to_string());
@@ -48,19 +46,24 @@ int run_server(core::Logger& log, const RunOptions& options, std::shared_ptr<con
     if (auto r = server.adopt_listener(core::UniqueFd(fd), options.tls); !r || !local) {
       log.error("listen_failed", "fd={} error=\"{}\"", fd,
                 r ? local.error().reason : r.error().reason);
-      return 1;
+      return false;
     }
     bound.push_back(local.value());
   }
-  RunOptions::Companion companion;
-  if (options.on_server) companion = options.on_server(server);
-  if (options.on_listening) options.on_listening(server, bound);
-  server.publish(std::move(site));
+  return true;
+}
 
-  // The first signal closes (or drains) gracefully; SIGTERM during a drain closes the upgraded
-  // connections too; one more stops the loop.
+// The signal handlers' shared state, alive in run_server's frame while the loop runs. The first
+// signal closes (or drains) gracefully; SIGTERM during a drain closes the upgraded connections
+// too; one more stops the loop.
+struct Shutdown {
+  core::EventLoop& loop;
+  core::Logger& log;
+  Server& server;
+  RunOptions::Companion& companion;
   bool escalated = false;
-  auto begin_close = [&](const signalfd_siginfo& si, bool drain) {
+
+  void begin_close(const signalfd_siginfo& si, bool drain) {
     if (server.closing()) {
       if (drain) return;
       if (server.draining() && !escalated) {
@@ -77,8 +80,9 @@ int run_server(core::Logger& log, const RunOptions& options, std::shared_ptr<con
     log.info(drain ? "drain" : "shutdown", "signal={} connections={}", si.ssi_signo,
              server.stats().active);
     int pending = companion.close ? 2 : 1;
-    auto one_done = [&loop, pending]() mutable {
-      if (--pending == 0) loop.stop();
+    core::EventLoop* stop_loop = &loop;
+    auto one_done = [stop_loop, pending]() mutable {
+      if (--pending == 0) stop_loop->stop();
     };
     auto shared_done = std::make_shared<std::function<void()>>(one_done);
     if (drain)
@@ -87,20 +91,45 @@ int run_server(core::Logger& log, const RunOptions& options, std::shared_ptr<con
       server.close([shared_done] { (*shared_done)(); });
     // HTTP/3 has no upgraded connections: it drains as it closes (GOAWAY, running streams finish).
     if (companion.close) companion.close([shared_done] { (*shared_done)(); });
-  };
-  auto shutdown = [&](const signalfd_siginfo& si) { begin_close(si, false); };
-  (void)loop.on_signal(SIGTERM, shutdown);
-  (void)loop.on_signal(SIGINT, shutdown);
-  if (options.drain_signal != 0)
-    (void)loop.on_signal(options.drain_signal,
-                         [&](const signalfd_siginfo& si) { begin_close(si, true); });
-  (void)loop.on_signal(SIGHUP, [&](const signalfd_siginfo&) {
-    if (!options.on_reload) return;
-    if (auto p = options.on_reload()) {
-      server.set_policy(std::move(p));
-      log.info("reloaded", "what=admission_policy");
-    }
-  });
+  }
+
+  // SIGTERM and SIGINT close, options.drain_signal drains, SIGHUP reloads the admission policy.
+  void install(const RunOptions& options) {
+    auto shutdown = [this](const signalfd_siginfo& si) { begin_close(si, false); };
+    (void)loop.on_signal(SIGTERM, shutdown);
+    (void)loop.on_signal(SIGINT, shutdown);
+    if (options.drain_signal != 0)
+      (void)loop.on_signal(options.drain_signal,
+                           [this](const signalfd_siginfo& si) { begin_close(si, true); });
+    const RunOptions* opts = &options;
+    (void)loop.on_signal(SIGHUP, [this, opts](const signalfd_siginfo&) {
+      if (!opts->on_reload) return;
+      if (auto p = opts->on_reload()) {
+        server.set_policy(std::move(p));
+        log.info("reloaded", "what=admission_policy");
+      }
+    });
+  }
+};
+
+}  // namespace
+
+int run_server(core::Logger& log, const RunOptions& options, std::shared_ptr<const Site> site) {
+  signal(SIGPIPE, SIG_IGN);
+  core::EventLoop loop;
+  std::shared_ptr<void> services;
+  if (options.on_loop) services = options.on_loop(loop);
+  Server server(loop, log, options.server);
+  if (options.policy) server.set_policy(options.policy);
+  std::vector<core::SocketAddress> bound;
+  if (!bind_listeners(log, options, server, bound)) return 1;
+  RunOptions::Companion companion;
+  if (options.on_server) companion = options.on_server(server);
+  if (options.on_listening) options.on_listening(server, bound);
+  server.publish(std::move(site));
+
+  Shutdown shutdown{loop, log, server, companion};
+  shutdown.install(options);
   core::Timer log_flush(loop.timers(), nullptr);
   log_flush.bind(loop.timers(), [&] {
     log.flush();
