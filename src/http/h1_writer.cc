@@ -1,6 +1,7 @@
 #include "http/h1_writer.h"
 
 #include <charconv>
+#include <cstring>
 
 namespace corral::http {
 
@@ -12,13 +13,24 @@ void append_uint(core::Buffer& b, uint64_t v) {
   b.commit(static_cast<size_t>(r.ptr - p));
 }
 
+// One reserve for all the fields, then plain copies: a response head is ~10 fields, and four
+// appends each (a capacity check apiece) cost more than the copying (bench/alloc_bench).
 void append_fields(core::Buffer& out, const Field* begin, const Field* end) {
+  size_t n = 0;
+  for (const Field* f = begin; f != end; ++f) n += f->name.size() + f->value.size() + 4;
+  if (n == 0) return;
+  char* p = out.reserve(n);
   for (const Field* f = begin; f != end; ++f) {
-    out.append(f->name);
-    out.append(": ");
-    out.append(f->value);
-    out.append("\r\n");
+    std::memcpy(p, f->name.data(), f->name.size());
+    p += f->name.size();
+    *p++ = ':';
+    *p++ = ' ';
+    std::memcpy(p, f->value.data(), f->value.size());
+    p += f->value.size();
+    *p++ = '\r';
+    *p++ = '\n';
   }
+  out.commit(n);
 }
 
 }  // namespace

@@ -89,11 +89,7 @@ void add_route_fields(const Response& r, const PlanContext& ctx, bool upgrade, P
 
 }  // namespace
 
-void PlanFields::add(std::string_view name, std::string_view value) {
-  if (size_ < kInlineFields) {
-    inline_[size_++] = {name, value};
-    return;
-  }
+void PlanFields::add_overflow(std::string_view name, std::string_view value) {
   if (overflow_.empty()) {
     overflow_.reserve(2 * kInlineFields);
     overflow_.assign(inline_.begin(), inline_.end());

@@ -78,7 +78,13 @@ struct Field {
 class PlanFields {
  public:
   static constexpr size_t kInlineFields = 24;
-  void add(std::string_view name, std::string_view value);
+  void add(std::string_view name, std::string_view value) {
+    if (size_ < kInlineFields) {
+      inline_[size_++] = {name, value};
+      return;
+    }
+    add_overflow(name, value);
+  }
   size_t size() const { return size_; }
   const Field* begin() const { return overflow_.empty() ? inline_.data() : overflow_.data(); }
   const Field* end() const { return begin() + size_; }
@@ -87,6 +93,7 @@ class PlanFields {
   std::optional<std::string_view> find(std::string_view name) const;
 
  private:
+  void add_overflow(std::string_view name, std::string_view value);
   std::array<Field, kInlineFields> inline_;
   std::vector<Field> overflow_;
   size_t size_ = 0;
