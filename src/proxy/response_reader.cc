@@ -35,6 +35,7 @@ void ResponseReader::start(Events& events, bool head_request, bool upgrade_reque
   name_ = {};
   name_copy_.clear();
   interims_ = 0;
+  head_bytes_ = 0;
   keep_ = is_type_ = interim_ = switching_ = head_seen_ = complete_ = false;
 }
 
@@ -62,6 +63,7 @@ ResponseReader::State ResponseReader::finish() {
 // does); one split across reads is copied (keep_name). Only the values of fields kept are stored.
 int ResponseReader::on_header_field(llhttp_t* p, const char* at, size_t n) {
   auto* r = reader(p);
+  if ((r->head_bytes_ += n) > kMaxHeadBytes) return -1;
   if (r->name_.empty()) {
     r->name_ = {at, n};
   } else {
@@ -83,6 +85,7 @@ int ResponseReader::on_header_field_complete(llhttp_t* p) {
 
 int ResponseReader::on_header_value(llhttp_t* p, const char* at, size_t n) {
   auto* r = reader(p);
+  if ((r->head_bytes_ += n) > kMaxHeadBytes) return -1;
   if (r->keep_) {
     r->head_.headers.back().second.append(at, n);
   } else if (r->is_type_) {

@@ -61,6 +61,10 @@ class ResponseReader {
   };
 
   static constexpr uint32_t kMaxInterim = 16;  // 1xx responses read past before the final one
+  // Field names and values of one response head (1xx heads count too): past this the response is
+  // malformed (502), so a worker cannot make the proxy buffer fields without end. The request side
+  // allows 64 KiB by default (max_head_bytes); a worker's head is its own app's, so the same.
+  static constexpr size_t kMaxHeadBytes = 64 * 1024;
 
   explicit ResponseReader(DroppedHeader dropped = nullptr);
   ResponseReader(const ResponseReader&) = delete;
@@ -98,9 +102,10 @@ class ResponseReader {
   uint32_t interims_ = 0;
   bool head_request_ = false;
   bool upgrade_requested_ = false;
-  bool keep_ = false;     // the field being parsed is stored
-  bool is_type_ = false;  // ... or is Content-Type
-  bool interim_ = false;  // the response being parsed is a 1xx
+  size_t head_bytes_ = 0;  // of field names and values so far (kMaxHeadBytes)
+  bool keep_ = false;      // the field being parsed is stored
+  bool is_type_ = false;   // ... or is Content-Type
+  bool interim_ = false;   // the response being parsed is a 1xx
   bool switching_ = false;
   bool head_seen_ = false;
   bool complete_ = false;

@@ -174,5 +174,22 @@ TEST(ResponseReader, RejectsMalformedInput) {
   }
 }
 
+TEST(ResponseReader, AHeadPastItsBoundIsAnErrorAndOneWithinItIsRead) {
+  // A worker that sends fields without end: the proxy stops buffering them at kMaxHeadBytes.
+  std::string field = "X-Pad: " + std::string(1000, 'a') + "\r\n";
+  std::string head = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n";
+  std::string within = head, past = head;
+  for (size_t n = 0; n < ResponseReader::kMaxHeadBytes / 1005 - 1; ++n) within += field;
+  for (size_t n = 0; n < ResponseReader::kMaxHeadBytes / 1005 + 2; ++n) past += field;
+  within += "\r\n";
+  past += "\r\n";
+  ResponseReader reader;
+  Recorder rec;
+  reader.start(rec, false, false);
+  EXPECT_EQ(reader.feed(within.data(), within.size()).state, ResponseReader::State::kComplete);
+  reader.start(rec, false, false);
+  EXPECT_EQ(feed_in_steps(reader, past, 4096).state, ResponseReader::State::kError);
+}
+
 }  // namespace
 }  // namespace corral::proxy
