@@ -148,8 +148,12 @@ void add_head_fields(const Response& r, Request& req, const PlanContext& ctx,
   f.add("Referrer-Policy", ctx.referrer_policy);
   add_route_fields(r, ctx, false, f);
   if (extra) {
-    for (const auto& [k, v] : extra->headers) f.add(k, v);
-    if (!extra->location.empty()) f.add("Location", extra->location);
+    // The file resolver's fields (Content-Range, Last-Modified, ETag, ...) and a directory's
+    // Location, which is built from the request's path: checked like a route's, so no protocol
+    // relies on its parser to have refused CR, LF or NUL in a path (HTTP/3's does not).
+    for (const auto& [k, v] : extra->headers)
+      if (field_safe(k) && field_safe(v)) f.add(k, v);
+    if (!extra->location.empty() && field_safe(extra->location)) f.add("Location", extra->location);
   }
   if (wants_default_csp(req.has_csp_nonce(), r)) {
     FixedText text{csp.data(), csp.size()};
