@@ -60,6 +60,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -69,6 +70,7 @@
 #include "core/event_loop.h"
 #include "core/log.h"
 #include "core/result.h"
+#include "workers/code_set.h"
 #include "workers/launcher.h"
 
 namespace corral::http {
@@ -98,6 +100,17 @@ struct KindConfig {
   using Authorize =
       std::function<bool(const std::optional<std::string>& principal, std::string_view address)>;
   Authorize authorize;
+
+  // The kind's code (issue 13, docs/deploying.md): the directory a rollout snapshots (for
+  // Rollouts; the manager never reads it) and the current set every start sends (`start`'s
+  // scripts and code). No code: `scripts` is empty and workers carry no version.
+  std::string code_dir;
+  std::optional<CodeSet> code;
+  // How a rollout brings a live worker to a new set: automatic reloads in place a worker whose
+  // `ready` said `reload: true` and replaces the others.
+  enum class Reload { automatic, in_place, restart };
+  Reload reload = Reload::automatic;
+  uint32_t reload_timeout_ms = 30'000;  // a worker's entry in a rollout settles by then
 };
 
 struct ManagerOptions {
@@ -139,6 +152,27 @@ struct Resolution {
 };
 using ResolveCallback = std::function<void(const Resolution&)>;
 
+// What a rollout did (Manager::rollout): per worker that ran an older set when it began, one of
+// {address, report} (reloaded in place: the worker's reply; replaced: {"restarted": true}),
+// {address, stopped: true} (stopped cleanly meanwhile; its next start gets the new set) or
+// {address, error} (its reload failed or timed out, it crashed, its link was lost); addresses in
+// their wire form.
+struct RolloutReport {
+  std::string kind;
+  std::string version;   // the new current set's
+  std::string previous;  // the set it replaced ("" if none)
+  nlohmann::json workers = nlohmann::json::array();
+  nlohmann::json cleared = nlohmann::json::array();  // failed addresses the rollout cleared
+  size_t failed = 0;                                 // entries with an error
+  uint64_t took_ms = 0;
+  nlohmann::json to_json() const {
+    return {{"kind", kind},       {"version", version}, {"previous", previous},
+            {"workers", workers}, {"cleared", cleared}, {"failed", failed},
+            {"took_ms", took_ms}};
+  }
+};
+using RolloutCallback = std::function<void(const RolloutReport&)>;
+
 // One state change: `entry` is the address's new state entry, null once it has none.
 using ChangeCallback = std::function<void(const std::string& address, const nlohmann::json& entry)>;
 
@@ -173,6 +207,18 @@ class Manager {
   bool suspend(const std::string& address);  // 503 "suspended" until resume/retry
   bool resume(const std::string& address);
   void close(std::function<void()> done);
+
+  // The rollout step (issue 13, docs/deploying.md): makes `set` the kind's current set, clears
+  // the kind's failures, brings every live worker on another set to it (in place or by
+  // replacement, in parallel) and calls `done` (deferred) once each has settled. At most one per
+  // kind at a time (Rollouts serialises them); false, and no call, for an unknown kind or one
+  // already rolling.
+  bool rollout(const std::string& kind, CodeSet set, RolloutCallback done);
+  // {kind: {version (current, null without code), dirty, workers, stale, rolling}}: dirty while
+  // a live worker runs a set other than the current one.
+  nlohmann::json kinds_state() const;
+  // The versions the kind's live workers run (the store keeps them).
+  std::set<std::string> versions_in_use(const std::string& kind) const;
 
   // {wire address: {status: starting|running|stopping, pid, startedAt} | {status: failed, error,
   // at}

@@ -1,0 +1,72 @@
+// Rollouts: the kinds' code from directory to live workers (issue 13; docs/deploying.md). Owns
+// the code store and the --watch watchers, borrows the Manager: a rollout snapshots the kind's
+// directory (or finds a kept version: a rollback), hands the set to Manager::rollout, and
+// collects the store's old versions once it is done. One rollout per kind at a time: calls that
+// come meanwhile wait, and waiting calls for the same target share the next run's report (a
+// burst of saved files under --watch is one rollout).
+//
+// Lifetime: made by the supervisor's services after the Manager, destroyed before it; a rollout
+// still running at destruction never calls back. Single-threaded (the loop's thread).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/event_loop.h"
+#include "core/log.h"
+#include "core/result.h"
+#include "workers/code_store.h"
+#include "workers/code_watch.h"
+#include "workers/manager.h"
+
+namespace corral::workers {
+
+// A refused rollout: the HTTP status and public error the control API answers with.
+struct RolloutRefusal {
+  int status;          // 404 unknown_kind | unknown_version, 409 no_code, 500 snapshot_failed
+  nlohmann::json error;  // {message, code}
+};
+
+class Rollouts {
+ public:
+  using Done = std::function<void(const RolloutReport*, const RolloutRefusal*)>;
+
+  // Snapshots the code directory (KindConfig::code_dir) of every kind of `options` that has one
+  // and sets KindConfig::code to it: call before Manager::create. The error names the kind and
+  // the path.
+  static core::Result<void> prepare(const std::string& state_dir, ManagerOptions& options);
+
+  Rollouts(core::EventLoop& loop, core::Logger& log, Manager& manager,
+           const std::string& state_dir);
+  ~Rollouts();
+  Rollouts(const Rollouts&) = delete;
+  Rollouts& operator=(const Rollouts&) = delete;
+
+  // `to`: a kept version (full hex or a unique prefix of at least 8 digits). Exactly one of the
+  // two pointers `done` gets is set.
+  void rollout(const std::string& kind, std::optional<std::string> to, Done done);
+  // Starts watching every kind's code directory: each settled change is a rollout, logged.
+  core::Result<void> watch(uint32_t settle_ms = 100);
+  // Manager::kinds_state() with each kind's kept versions: "versions":[{version, current}].
+  nlohmann::json state() const;
+
+ private:
+  struct Pending;
+  struct KindRuns;
+  void run_next(const std::string& kind);
+
+  core::EventLoop& loop_;
+  core::Logger& log_;
+  Manager& manager_;
+  std::optional<CodeStore> store_;
+  std::map<std::string, std::unique_ptr<KindRuns>, std::less<>> runs_;
+  std::map<std::string, std::unique_ptr<CodeWatcher>, std::less<>> watchers_;
+  std::shared_ptr<bool> alive_;
+};
+
+}  // namespace corral::workers
