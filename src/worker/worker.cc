@@ -498,7 +498,8 @@ class Worker {
     nlohmann::json report;
     std::optional<PublicError> error;
     try {
-      report = reload_hook_(r.code);
+      ReloadHook hook = reload_hook_;  // the hook may replace itself (on_reload) while it runs
+      report = hook(r.code);
     } catch (const std::exception& e) {
       log_.error("worker_reload_failed", "address=\"{}\" id={} version={} error=\"{}\"", address_,
                  r.id, r.code.version, e.what());
