@@ -461,6 +461,8 @@ core::Result<CodeSet> CodeStore::snapshot(const std::string& kind, const std::st
   if (auto r = make_dir(*kdir, 0700); !r) return r.error();
   if (auto r = build_version(*kdir, set); !r) return r.error();
   if (auto r = make_current(*kdir, set.version); !r) return r.error();
+  // The renames of the tree, the manifest and the history are durable once their directory is.
+  if (auto r = fsync_path(*kdir); !r) return r.error();
   return set;
 }
 
