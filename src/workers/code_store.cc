@@ -16,6 +16,7 @@
 #include <string_view>
 #include <system_error>
 
+#include "core/escape.h"
 #include "core/unique_fd.h"
 
 namespace corral::workers {
@@ -84,6 +85,15 @@ std::string version_of(const std::vector<CodeFile>& files) {
     h.update("\n", 1);
   }
   return h.hex();
+}
+
+bool valid_utf8(std::string_view s) {
+  while (!s.empty()) {
+    size_t n = core::utf8_scalar_length(s);
+    if (n == 0) return false;
+    s.remove_prefix(n);
+  }
+  return true;
 }
 
 bool exists(const std::string& path) {
@@ -204,6 +214,11 @@ class Scanner {
       if (name[0] == '.') continue;  // .git, editor swap files
       std::string child_rel = join(rel, name);
       std::string child = abs + "/" + name;
+      if (!valid_utf8(name)) {
+        // The worker protocol and the manifest carry paths as JSON strings.
+        return core::Error{EILSEQ,
+                           child + ": a name that is not UTF-8: refused in a code directory"};
+      }
       struct stat st;
       if (::lstat(child.c_str(), &st) < 0) return sys_error("stat", child);
       if (S_ISDIR(st.st_mode)) {
@@ -392,10 +407,15 @@ core::Result<void> CodeStore::build_version(const std::string& kdir, const CodeS
   return {};
 }
 
-std::vector<std::string> CodeStore::read_history(const std::string& kdir) const {
+core::Result<std::vector<std::string>> CodeStore::read_history(const std::string& kdir) const {
   std::vector<std::string> out;
   auto text = read_file(kdir + "/history");
-  if (!text) return out;  // none yet
+  // None yet is an empty history; an unreadable one is an error (collect must not take it for
+  // an empty one and remove every version).
+  if (!text) {
+    if (text.error().code == ENOENT) return out;
+    return text.error();
+  }
   std::string_view rest(*text);
   while (!rest.empty()) {
     size_t nl = rest.find('\n');
@@ -420,9 +440,10 @@ core::Result<void> CodeStore::write_history(const std::string& kdir,
 
 core::Result<void> CodeStore::make_current(const std::string& kdir, const std::string& version) {
   auto history = read_history(kdir);
-  if (!history.empty() && history.back() == version) return {};  // current already
-  history.push_back(version);
-  return write_history(kdir, history);
+  if (!history) return history.error();
+  if (!history->empty() && history->back() == version) return {};  // current already
+  history->push_back(version);
+  return write_history(kdir, *history);
 }
 
 core::Result<CodeSet> CodeStore::snapshot(const std::string& kind, const std::string& dir) {
@@ -548,7 +569,9 @@ std::vector<std::string> CodeStore::versions(const std::string& kind) const {
   std::vector<std::string> out;
   auto kdir = kind_dir(kind);
   if (!kdir) return out;
-  auto history = read_history(*kdir);
+  auto read = read_history(*kdir);
+  if (!read) return out;
+  const auto& history = *read;
   std::set<std::string> seen;
   for (auto it = history.rbegin(); it != history.rend(); ++it) {
     if (seen.insert(*it).second && is_dir(*kdir + "/" + *it)) out.push_back(*it);
@@ -565,7 +588,9 @@ core::Result<void> CodeStore::collect(const std::string& kind, size_t keep,
     if (!r && result) result = std::move(r);
   };
 
-  auto history = read_history(*kdir);
+  auto read = read_history(*kdir);
+  if (!read) return read.error();
+  const auto& history = *read;
   std::set<std::string> kept(in_use);
   {
     std::set<std::string> newest;

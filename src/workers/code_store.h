@@ -67,7 +67,7 @@ class CodeStore {
   // versions/<kind>/<version>/ and its manifest, unless they exist.
   core::Result<void> build_version(const std::string& kdir, const CodeSet& set);
   core::Result<CodeSet> load(const std::string& kdir, const std::string& version) const;
-  std::vector<std::string> read_history(const std::string& kdir) const;
+  core::Result<std::vector<std::string>> read_history(const std::string& kdir) const;
   core::Result<void> write_history(const std::string& kdir,
                                    const std::vector<std::string>& history);
   core::Result<void> make_current(const std::string& kdir, const std::string& version);

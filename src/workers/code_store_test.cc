@@ -278,6 +278,14 @@ TEST_F(CodeStoreTest, SpecialFilesAreRefused) {
   EXPECT_NE(r.error().reason.find("socket"), std::string::npos) << r.error().reason;
 }
 
+TEST_F(CodeStoreTest, ANameThatIsNotUtf8IsRefused) {
+  write("caf\xe9.txt", "latin-1");  // the protocol's JSON could not carry it
+  auto r = store_->snapshot("doc", src_);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, EILSEQ);
+  EXPECT_NE(r.error().reason.find("not UTF-8"), std::string::npos) << r.error().reason;
+}
+
 TEST_F(CodeStoreTest, MissingDirectoryAndBadKindAreErrors) {
   auto r = store_->snapshot("doc", top_ + "/nope");
   ASSERT_FALSE(r.ok());
