@@ -1,5 +1,7 @@
 #include "workers/rollouts.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <deque>
 #include <utility>
@@ -25,7 +27,7 @@ const char* reload_name(KindConfig::Reload r) {
   return "auto";
 }
 
-// What `to` must look like before the store is asked: 8 to 64 lowercase hex digits.
+// What `to` must look like before the store is asked: 8 to 64 hex digits (lowercased first).
 bool version_like(const std::string& to) {
   if (to.size() < 8 || to.size() > 64) return false;
   for (char c : to)
@@ -143,10 +145,10 @@ void Rollouts::run_next(const std::string& kind) {
     return finish(kind, nullptr, &r);
   }
   if (p.to) {
+    for (char& c : *p.to) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     if (!version_like(*p.to)) {
       RolloutRefusal r =
-          refusal(404, "'" + *p.to + "' is not a version: 8 to 64 lowercase hex digits.",
-                  "unknown_version");
+          refusal(404, "'" + *p.to + "' is not a version: 8 to 64 hex digits.", "unknown_version");
       return finish(kind, nullptr, &r);
     }
     set = store_->find(kind, *p.to, true);
