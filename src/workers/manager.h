@@ -240,6 +240,8 @@ class Manager {
 
  private:
   struct Kind;
+  struct Rollout;
+  struct RolloutEntry;
   struct Slot;
   struct Worker;
   struct OutputReader;
@@ -280,6 +282,20 @@ class Manager {
   void emit(const std::string& address, const nlohmann::json& entry);
   void finish_close();
   int log_fd(const Kind& kind);
+  // The rollout step's hooks in the lifecycle (manager_rollout.cc).
+  RolloutEntry* rollout_entry(const Slot& slot) const;
+  void rollout_on_ready(Worker& w);
+  void rollout_on_reloaded(Worker& w, const nlohmann::json& msg);
+  bool rollout_on_exit(Slot& slot, bool crashed);  // true: start the replacement now
+  void rollout_on_failed(Slot& slot);
+  void rollout_on_link_lost(Slot& slot);
+  void rollout_on_gone(Slot& slot);  // the slot is about to be erased
+  void rollout_on_close();
+  void rollout_bring(Worker& w, Rollout& r, RolloutEntry& e);
+  void rollout_reload(Worker& w, const CodeSet& set);  // now, or once the one in flight replied
+  void rollout_replace(Worker& w, RolloutEntry& e);
+  void rollout_settle(Kind& kind, const std::string& address, nlohmann::json result);
+  void rollout_finish(Kind& kind);
 
   core::EventLoop& loop_;
   core::Logger& log_;
