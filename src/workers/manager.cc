@@ -326,14 +326,15 @@ void Manager::on_message(Worker& w, const nlohmann::json& msg) {
     w.served = !w.idle;
     w.idle_since = w.ready_at = loop_.now();
     log_.info("worker_ready", "address=\"{}\" pid={} idle={}", slot.address, w.pid, w.idle);
-    answer(slot, {slot.socket_path, 200, nullptr});
+    // A rollout may replace it now (its waiters then wait for the new worker).
+    rollout_on_ready(w);
+    if (!w.stopping) answer(slot, {slot.socket_path, 200, nullptr});
     changed(slot);
     if (std::exchange(w.counts_starting, false)) {
       --starting_;
       progress_ms_ = loop_.now();
       pump();
     }
-    rollout_on_ready(w);
   } else if (type == "reloaded") {
     rollout_on_reloaded(w, msg);
   } else if (type == "idle") {

@@ -208,7 +208,8 @@ bool Manager::rollout_on_exit(Slot& slot, bool crashed) {
                                   : slot.failed}});
     return false;
   }
-  if (e->phase == RolloutEntry::Phase::replacing_old && slot.start_queued && !closing_) {
+  if (e->phase == RolloutEntry::Phase::replacing_old && slot.start_queued && !closing_ &&
+      !slot.suspended) {
     e->phase = RolloutEntry::Phase::replacing_new;
     return true;
   }
