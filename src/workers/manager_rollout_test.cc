@@ -433,5 +433,56 @@ TEST_F(RolloutTest, AKindWithoutCodeSendsNoSetAndHasNoVersion) {
   EXPECT_EQ(m.entry("note:1")["version"], ver('b'));
 }
 
+TEST_F(RolloutTest, AReplacementNotReadyInTimeIsAnErrorButStillComesUp) {
+  kind_.reload = KindConfig::Reload::restart;
+  kind_.reload_timeout_ms = 300;
+  Manager& m = make();
+  ASSERT_TRUE(resolve(m, "doc:r").ok());
+  data_["doc:r"] = {{"slow_ready", 1'500}};  // the new worker's start data
+  auto r = roll(m, set('b'));
+  auto e = entry_for(r, "doc:r");
+  EXPECT_EQ(e["error"]["code"], "reload_timeout") << e.dump();
+  EXPECT_EQ(e["error"]["message"], "The worker was not replaced in time.");
+  EXPECT_EQ(status(m, "doc:r"), "starting");
+  ASSERT_TRUE(run_until([&] { return status(m, "doc:r") == "running"; }));
+  EXPECT_EQ(version_of(m, "doc:r"), ver('b'));
+  EXPECT_EQ(m.kinds_state()["doc"]["dirty"], false);
+}
+
+TEST_F(RolloutTest, AReplacementWhoseStartFailsIsAnErrorAndTheAddressFails) {
+  kind_.reload = KindConfig::Reload::restart;
+  Manager& m = make();
+  ASSERT_TRUE(resolve(m, "doc:r").ok());
+  throw_in_hook_ = true;  // the new worker's start hook
+  auto r = roll(m, set('b'));
+  EXPECT_EQ(entry_for(r, "doc:r")["error"]["code"], "start_failed") << r.to_json().dump();
+  EXPECT_EQ(r.failed, 1u);
+  EXPECT_EQ(status(m, "doc:r"), "failed");
+  EXPECT_EQ(m.state().dump().find("SECRET"), std::string::npos);
+  // The next rollout clears it.
+  throw_in_hook_ = false;
+  auto next = roll(m, set('c'));
+  EXPECT_EQ(next.cleared, (nlohmann::json{"doc:r"}));
+  ASSERT_TRUE(resolve(m, "doc:r").ok());
+  EXPECT_EQ(version_of(m, "doc:r"), ver('c'));
+}
+
+TEST_F(RolloutTest, ARollbackWhileTheReloadToTheNewSetIsInFlightEndsOnTheOldSet) {
+  kind_.reload_timeout_ms = 100;
+  Manager& m = make();
+  ASSERT_TRUE(resolve(m, "doc:b").ok());
+  auto forward = roll(m, set('b', {"reload-delay-500"}));
+  EXPECT_EQ(entry_for(forward, "doc:b")["error"]["code"], "reload_timeout");
+  // It still runs 'a', but is being brought to 'b': rolling back to 'a' must include it.
+  EXPECT_EQ(version_of(m, "doc:b"), ver('a'));
+  auto back = roll(m, set('a'));
+  // Its reload of 'a' waits for the reply of 'b' (past this rollout's 100 ms).
+  EXPECT_EQ(entry_for(back, "doc:b")["error"]["code"], "reload_timeout") << back.to_json().dump();
+  // Its reload of 'a' went after the reply of 'b'; it ends on 'a'.
+  ASSERT_TRUE(run_until([&] { return event_at("reload_replied:2") > 0; }, 5'000));
+  ASSERT_TRUE(run_until([&] { return version_of(m, "doc:b") == ver('a'); }));
+  EXPECT_EQ(m.kinds_state()["doc"]["dirty"], false);
+}
+
 }  // namespace
 }  // namespace corral::workers
