@@ -79,8 +79,13 @@ http::Response not_found(std::string_view message) {
 }  // namespace
 
 void add_worker_routes(http::SiteBuilder& site, workers::Manager& manager) {
-  site.route("GET /workers",
-             [&manager](http::Request&) { return http::Response::json(manager.state()); });
+  // The addresses' entries, and the warm spares' beside them under keys that are never an
+  // address ("spare/<kind>/<n>": no ':').
+  site.route("GET /workers", [&manager](http::Request&) {
+    nlohmann::json state = manager.state();
+    state.update(manager.spares_state());
+    return http::Response::json(state);
+  });
   site.route("GET /workers/watch", [&manager](http::Request&) {
     return http::Response::stream(std::make_unique<WatchStream>(manager), "application/x-ndjson");
   });

@@ -42,7 +42,10 @@ core::Result<Launched> ProcessLauncher::launch(const LaunchSpec& spec) {
   for (const auto& [k, v] : spec.env) env[k] = v;
   env["CORRAL_CONTROL_FD"] = "3";
   env["CORRAL_LISTEN_FD"] = "4";
-  env["CORRAL_ADDRESS"] = spec.address;
+  if (spec.address.empty())
+    env.erase("CORRAL_ADDRESS");  // a warm spare: `start` names its address
+  else
+    env["CORRAL_ADDRESS"] = spec.address;
   env["CORRAL_STATE_DIR"] = spec.state_dir;
   std::vector<std::string> env_strings;
   env_strings.reserve(env.size());

@@ -9,7 +9,8 @@
 //  * fd 3: one end of a socketpair(AF_UNIX, SOCK_SEQPACKET) (the control link; the parent's end is
 //    returned, non-blocking), fd 4: `listen_fd` (the worker's listening Unix socket);
 //  * the environment of this process, then the kind's `env`, then CORRAL_CONTROL_FD=3,
-//    CORRAL_LISTEN_FD=4, CORRAL_ADDRESS, CORRAL_STATE_DIR; every other descriptor closed.
+//    CORRAL_LISTEN_FD=4, CORRAL_ADDRESS (left out, also if inherited, for a warm spare: an empty
+//    `address`), CORRAL_STATE_DIR; every other descriptor closed.
 //
 // A kind may instead be a function of the program itself (LaunchSpec::in_process, for embedding
 // applications: app/): the child is set up the same way, then, without exec, `environ` is pointed
@@ -37,7 +38,7 @@ namespace corral::workers {
 struct LaunchSpec {
   std::vector<std::string> command;  // argv; command[0] is looked up on PATH
   std::map<std::string, std::string> env;
-  std::string address;  // its wire form (core::wire_encode): CORRAL_ADDRESS
+  std::string address;  // its wire form (core::wire_encode): CORRAL_ADDRESS; empty: a spare
   std::string state_dir;
   int listen_fd = -1;  // becomes fd 4 in the child; the caller keeps (and closes) its copy
   // Set: run this in the forked child instead of exec'ing `command` (which may then be empty).

@@ -136,6 +136,7 @@ Manager::~Manager() {
     }
     remove_socket(*slot);
   }
+  spares_destroy();
 }
 
 // Only our own socket file: another manager on the same state directory (corral restarted while
@@ -205,23 +206,9 @@ void Manager::answer(Slot& slot, const Resolution& r) {
 
 void Manager::start(Slot& slot) {
   const KindConfig& cfg = slot.kind->config;
-  nlohmann::json start_data = nlohmann::json::object();
-  if (cfg.start_hook) {
-    try {
-      start_data = cfg.start_hook(slot.address);
-    } catch (const std::exception& e) {
-      return fail(slot, public_error("The worker could not be started.", "start_failed"),
-                  std::string("start hook threw: ") + e.what());
-    } catch (...) {
-      return fail(slot, public_error("The worker could not be started.", "start_failed"),
-                  "start hook threw a non-exception");
-    }
-  }
-  std::string socket_dir = options_.state_dir + "/sockets/";
-  slot.socket_path =
-      socket_dir + core::bounded_file_name(
-                       slot.address, std::min<size_t>(kMaxLockName, sizeof(sockaddr_un::sun_path) -
-                                                                        1 - socket_dir.size()));
+  auto data = start_data(slot);
+  if (!data) return;
+  slot.socket_path = socket_path_for(slot.address);
   auto listener = core::listen_unix(slot.socket_path);
   if (!listener)
     return fail(slot, public_error("The worker could not be started.", "start_failed"),
@@ -236,15 +223,42 @@ void Manager::start(Slot& slot) {
     return fail(slot, public_error("The worker could not be started.", "start_failed"),
                 launched.error().reason);
   }
+  Worker* w = adopt(slot, std::move(launched.value()), std::move(listener.value()));
+  begin_start(*w, std::move(*data));
+}
+
+std::optional<nlohmann::json> Manager::start_data(Slot& slot) {
+  const KindConfig& cfg = slot.kind->config;
+  if (!cfg.start_hook) return nlohmann::json::object();
+  try {
+    return cfg.start_hook(slot.address);
+  } catch (const std::exception& e) {
+    fail(slot, public_error("The worker could not be started.", "start_failed"),
+         std::string("start hook threw: ") + e.what());
+  } catch (...) {
+    fail(slot, public_error("The worker could not be started.", "start_failed"),
+         "start hook threw a non-exception");
+  }
+  return std::nullopt;
+}
+
+std::string Manager::socket_path_for(const std::string& address) const {
+  std::string socket_dir = options_.state_dir + "/sockets/";
+  return socket_dir + core::bounded_file_name(
+                          address, std::min<size_t>(kMaxLockName, sizeof(sockaddr_un::sun_path) -
+                                                                      1 - socket_dir.size()));
+}
+
+// The worker of a launch, in `slot`: its descriptors watched, its timers bound, counted live.
+Manager::Worker* Manager::adopt(Slot& slot, Launched launched, core::UniqueFd listener) {
   auto w = std::make_unique<Worker>(*this, slot);
-  w->pid = launched->pid;
-  w->pidfd = std::move(launched->pidfd);
-  w->control = std::move(launched->control);
-  w->out.fd = std::move(launched->out);
-  w->err.fd = std::move(launched->err);
-  w->listener = std::move(*listener);
+  w->pid = launched.pid;
+  w->pidfd = std::move(launched.pidfd);
+  w->control = std::move(launched.control);
+  w->out.fd = std::move(launched.out);
+  w->err.fd = std::move(launched.err);
+  w->listener = std::move(listener);
   w->started_at = loop_.wall_seconds();
-  if (cfg.code) w->version = cfg.code->version;
   Worker* wp = w.get();
   w->start_timer.bind(loop_.timers(), [this, wp] { on_start_timeout(*wp); });
   w->kill_timer.bind(loop_.timers(), [wp] { kill(-wp->pid, SIGKILL); });
@@ -253,21 +267,32 @@ void Manager::start(Slot& slot) {
   (void)loop_.add(w->control.get(), EPOLLIN, &w->control_handler);
   (void)loop_.add(w->out.fd.get(), EPOLLIN, &w->out);
   (void)loop_.add(w->err.fd.get(), EPOLLIN, &w->err);
-  w->start_timer.arm_after(cfg.start_timeout_ms);
   slot.worker = std::move(w);
   ++workers_live_;
   ++live_by_kind_[slot.kind->index];
-  ++starting_;
-  wp->counts_starting = true;
   arm_idle_check();
-  log_.info("worker_starting", "address=\"{}\" pid={}", slot.address, wp->pid);
+  return wp;
+}
+
+// `start` to a worker in its address's slot (just launched, or a spare just bound): from now on
+// it is starting, under the start timer.
+void Manager::begin_start(Worker& w, nlohmann::json start_data) {
+  Slot& slot = *w.slot;
+  const KindConfig& cfg = slot.kind->config;
+  w.started_at = loop_.wall_seconds();
+  if (cfg.code) w.version = cfg.code->version;
+  w.start_timer.arm_after(cfg.start_timeout_ms);
+  ++starting_;
+  w.counts_starting = true;
+  log_.info("worker_starting", "address=\"{}\" pid={}{}", slot.address, w.pid,
+            w.from_spare ? " spare=true" : "");
   nlohmann::json msg = {{"type", "start"},
                         {"address", core::wire_encode(slot.address)},
                         {"start", std::move(start_data)},
                         {"scripts", cfg.code ? cfg.code->scripts_json() : nlohmann::json::array()},
                         {"lock", options_.state_dir + "/locks/" + lock_file_name(slot.address)}};
   if (cfg.code) msg["code"] = cfg.code->code_json();
-  send(*wp, msg);
+  send(w, msg);
   changed(slot);
 }
 
@@ -303,6 +328,7 @@ void Manager::read_control(Worker& w) {
 }
 
 void Manager::on_message(Worker& w, const nlohmann::json& msg) {
+  if (w.spare) return spare_on_message(w, msg);
   Slot& slot = *w.slot;
   const std::string type = msg["type"].get<std::string>();
   auto idle_of = [&msg] {
@@ -376,6 +402,7 @@ void Manager::on_link_check(Worker& w) {
     w.link_check.arm_after(kLinkCheckMs);
     return;
   }
+  if (w.spare) return spare_stop(w, "link_lost");
   Slot& slot = *w.slot;
   const uint64_t now = loop_.now();
   rollout_on_link_lost(slot);
@@ -439,6 +466,7 @@ void Manager::fail(Slot& slot, nlohmann::json pub, std::string full) {
 }
 
 void Manager::on_exit(Worker& w) {
+  if (w.spare) return spare_on_exit(w);
   Slot& slot = *w.slot;
   // The leader is a zombie until reaped, so its pid (= the group id) cannot be reused yet: kill
   // whatever it left in its group first. A worker's process group does not outlive it.
@@ -671,6 +699,7 @@ void Manager::close(std::function<void()> done) {
   for (Slot* slot : slots) {
     if (slot->worker) begin_stop(*slot->worker, "close");
   }
+  spares_on_close();
   if (workers_live_ == 0) finish_close();
   for (Slot* slot : slots) settle(*slot);
 }

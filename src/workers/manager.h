@@ -50,6 +50,19 @@
 //    `stopped`; a crash: its error, the address failed), its lost link, or reload_timeout_ms
 //    after the call (code reload_timeout; for a replacement too); close() settles what is left
 //    `stopped`. A worker not ready yet in automatic mode is decided at its `ready`.
+//  * spares (issue 14, manager_spares.cc): a kind's `spares` keeps that many processes launched
+//    without an address (no CORRAL_ADDRESS; a listening socket at
+//    <state>/sockets/.spare-<pid>-<n>), past their own setup (`standby`), waiting for `start`. A
+//    start for the kind takes one instead of forking: the spare's socket file is renamed to the
+//    address's (the bound socket stays reachable under its new name) and it gets the usual `start`;
+//    from there it is an ordinary starting worker (start timer, lock, `started`, `ready`). Spares
+//    count against max_workers (of the kind and in all) but are the first to go when a start needs
+//    room (stopped, before any worker is evicted); a new spare is launched only when no start is
+//    queued and the start places are not full (starting workers and spares before `standby`
+//    together), and a kind's refill waits while a spare bound by it starts (at most kSpareHoldMs),
+//    so the fork of its replacement is not in the way of the first request. A spare that exits
+//    unasked is replaced after a backoff (100 ms doubling to 30 s, reset by a bind;
+//    `worker_spare_exited`). close() stops them with the workers.
 //
 // Addresses are bytes (anything a route's percent-decoding yields): the API takes and gives them
 // raw, state() keys them by their wire form (core::wire_encode), and so does every message and
@@ -122,6 +135,10 @@ struct KindConfig {
   enum class Reload { automatic, in_place, restart };
   Reload reload = Reload::automatic;
   uint32_t reload_timeout_ms = 30'000;  // a worker's entry in a rollout settles by then
+
+  // Warm spares (issue 14, manager_spares.cc): processes of the command kept launched without an
+  // address, past their own setup, for the next starts of this kind to bind instead of forking.
+  size_t spares = 0;
 };
 
 struct ManagerOptions {
@@ -225,9 +242,10 @@ class Manager {
   // kind at a time (Rollouts serialises them); false, and no call, for an unknown kind or one
   // already rolling.
   bool rollout(const std::string& kind, CodeSet set, RolloutCallback done);
-  // {kind: {version (current, null without code), dirty, workers, stale, rolling}}: workers are
-  // the live ones (starting or running; a stopping one is on its way out), stale those of them on
-  // a set other than the current one, dirty while any is.
+  // {kind: {version (current, null without code), dirty, workers, stale, rolling, spares}}:
+  // workers are the live ones (starting or running; a stopping one is on its way out), stale
+  // those of them on a set other than the current one, dirty while any is; spares the warm
+  // spares launched (stopping ones included).
   nlohmann::json kinds_state() const;
   // The versions the kind's workers run, stopping ones included, and those a reload in flight
   // or waiting brings them to (the store keeps them).
@@ -246,6 +264,12 @@ class Manager {
   size_t max_starting() const { return options_.max_starting; }
   size_t max_workers() const { return options_.max_workers; }
   bool closing() const { return closing_; }
+  // Warm spares (manager_spares.cc): how many are launched (of every kind, stopping ones
+  // included), and each one's entry, {"spare/<kind>/<n>": {spare: true, kind, status:
+  // warming|standby|stopping, pid, startedAt}}: keys without ':' (never an address), for
+  // GET /workers.
+  size_t spare_count() const;
+  nlohmann::json spares_state() const;
 
   ChangeCallback on_change;  // every change, after the watchers
   uint64_t watch(ChangeCallback cb);
@@ -309,6 +333,25 @@ class Manager {
   void rollout_replace(Worker& w, RolloutEntry& e);
   void rollout_settle(Kind& kind, const std::string& address, nlohmann::json result);
   void rollout_finish(Kind& kind);
+  // The lifecycle shared by a start and a spare's bind (manager.cc): the start hook's data (a
+  // throw fails the slot: nullopt), the worker made from a launch (registered, counted live), its
+  // `start` sent with the start timer armed.
+  std::optional<nlohmann::json> start_data(Slot& slot);
+  std::string socket_path_for(const std::string& address) const;
+  Worker* adopt(Slot& slot, Launched launched, core::UniqueFd listener);
+  void begin_start(Worker& w, nlohmann::json start_data);
+  // Warm spares (manager_spares.cc).
+  void spares_schedule();  // a fill after this loop round (coalesced)
+  void spares_fill();
+  bool spare_launch(Kind& kind);
+  Worker* spare_for(const Kind& kind);
+  void spare_bind(Slot& slot, Worker& spare);
+  Worker* spare_room(const Kind* kind);  // stops a spare (of `kind`, or any) for a start's room
+  void spare_stop(Worker& w, std::string_view why);
+  void spare_on_message(Worker& w, const nlohmann::json& msg);
+  void spare_on_exit(Worker& w);
+  void spares_on_close();
+  void spares_destroy();
 
   core::EventLoop& loop_;
   core::Logger& log_;
@@ -329,6 +372,8 @@ class Manager {
   uint64_t progress_ms_ = 0;          // the last `ready` of a start, or exit
   bool pumping_ = false, pump_again_ = false;
   bool closing_ = false;
+  bool spares_scheduled_ = false;
+  uint64_t next_spare_ = 0;  // numbers spares' sockets and entries
   std::function<void()> close_done_;
   core::Timer idle_check_;
 };

@@ -99,10 +99,11 @@ void Manager::unqueue(Slot& slot) {
   }
 }
 
-// Starts the queued starts that fit, oldest first. A start over max_workers first makes room
-// (it then waits for that exit, keeping its place); at most max_starting wait so at once. The
-// first start that finds no place of its kind (a start place, or a place to wait for an exit)
-// ends the round: nothing overtakes it.
+// Starts the queued starts that fit, oldest first: a start that finds a spare of its kind binds it
+// (it needs a start place, no room: the spare is counted already). A start over max_workers first
+// makes room (it then waits for that exit, keeping its place); at most max_starting wait so at
+// once. The first start that finds no place of its kind (a start place, or a place to wait for an
+// exit) ends the round: nothing overtakes it.
 void Manager::pump() {
   if (pumping_) {  // a watcher called back into the manager: one more round after this one
     pump_again_ = true;
@@ -114,6 +115,12 @@ void Manager::pump() {
     for (auto it = queue_.begin(); it != queue_.end() && !closing_;) {
       Slot& slot = **it++;  // advanced first: the slot may leave the queue (and go) below
       if (slot.awaiting) continue;
+      if (Worker* spare = spare_for(*slot.kind)) {  // a warm spare: no fork, no room needed
+        if (starting_ >= options_.max_starting) break;
+        unqueue(slot);
+        spare_bind(slot, *spare);
+        continue;
+      }
       if (has_room(slot)) {
         if (starting_ >= options_.max_starting) break;
         unqueue(slot);
@@ -125,6 +132,7 @@ void Manager::pump() {
     }
   } while (pump_again_);
   pumping_ = false;
+  spares_schedule();  // room, or a start place, may have freed for a spare
 }
 
 // Whether `slot`'s kind and the total are under max_workers.
@@ -142,6 +150,7 @@ void Manager::make_room(Slot& slot) {
   bool kind_full = kind_live >= kind.config.max_workers;
   const Kind* of = kind_full ? &kind : nullptr;  // a worker of its own kind frees both bounds
   Worker* w = room_from(of, /*stopping=*/true);
+  if (!w) w = spare_room(of);  // spares are the first to go
   if (!w && (w = room_from(of, /*stopping=*/false))) {
     log_.info("worker_evicted", "address=\"{}\" pid={} idle_ms={} for=\"{}\" bound={}",
               w->slot->address, w->pid, loop_.now() - w->idle_since, slot.address,

@@ -6,6 +6,8 @@
 // files include it. Lifetime and threading are the Manager's (workers/manager.h). The rollout step
 // (issue 13) is in manager_rollout.cc: a kind's rollout in progress (Rollout, its entries by
 // address) and the reload state of each worker (Worker::version, reload_sent, reload_pending).
+// Warm spares (issue 14) are in manager_spares.cc: a kind's spares, each a Worker in a Slot of
+// its own that is in no map (Kind::spares), moved into the address's slot by a bind.
 #pragma once
 
 #include <sys/types.h>
@@ -88,6 +90,15 @@ struct Manager::Kind {
   KindConfig config;  // config.code: the current set (replaced by a rollout)
   size_t index = 0;   // in kinds_ (and live_by_kind_); its routes' id in router_
   std::unique_ptr<Rollout> rollout;
+  // Warm spares (manager_spares.cc): the spares' slots (each holds its Worker, and its
+  // spare_id), oldest first; the crash-loop backoff of a spare that exits unasked (0: none),
+  // no launch before spare_retry_at; the last bind (a refill waits a little for its `ready`);
+  // spare_timer runs the next fill at the end of a backoff or a hold.
+  std::list<std::unique_ptr<Slot>> spares;
+  uint32_t spare_backoff_ms = 0;
+  uint64_t spare_retry_at = 0;
+  uint64_t bound_at = 0;
+  core::Timer spare_timer;
 };
 
 struct Manager::OutputReader final : core::IoHandler {
@@ -153,7 +164,12 @@ struct Manager::Worker final : core::IoHandler {
   bool counts_starting = false;  // counted in starting_ (until `ready` or the exit)
   Slot* claimed_by = nullptr;    // a queued start waiting for this worker's exit
   bool stopping = false;
-  bool stop_after_started = false;        // a stop asked during the start runs at `started`
+  bool stop_after_started = false;  // a stop asked during the start runs at `started`
+  // A warm spare (manager_spares.cc): launched without an address, in a spare slot until a bind
+  // moves it to an address's slot (then an ordinary starting worker, from_spare).
+  bool spare = false;
+  bool standby = false;  // its `standby` came: its own setup is done
+  bool from_spare = false;
   std::string_view stop_reason = "stop";  // that stop's reason, for the log
   std::string failure_log;                // the full error, logged at the exit with the stderr tail
   // Its code (issue 13): the version it runs ("" for a kind without code), from its `start` and
@@ -189,6 +205,7 @@ struct Manager::Slot {
   bool suspended = false;
   std::string tail;  // the last stderr bytes
   nlohmann::json last_emitted;
+  uint64_t spare_id = 0;  // a spare's slot: its number; its address is "spare/<kind>/<n>" (logs)
 };
 
 }  // namespace corral::workers

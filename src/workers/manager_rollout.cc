@@ -303,7 +303,8 @@ nlohmann::json Manager::kinds_state() const {
                               {"dirty", stale > 0},
                               {"workers", live},
                               {"stale", stale},
-                              {"rolling", kind->rollout != nullptr}};
+                              {"rolling", kind->rollout != nullptr},
+                              {"spares", kind->spares.size()}};
   }
   return out;
 }
