@@ -1,6 +1,10 @@
 #!/usr/bin/python3
 """A corral worker in Python, standard library only (docs/worker-protocol.md).
 
+Started as a warm spare (no CORRAL_ADDRESS: launched before any request for its address), the
+runtime sends `standby` once it waits for `start`, after the optional prepare hook
+(WorkerRuntime(setup, redact, prepare)), and learns its address from `start`.
+
 The same counter as examples/worker_cpp/main.cc, one per address:
 
     GET  /           the count
@@ -132,9 +136,13 @@ def default_redact(_exc):
 class WorkerRuntime:
     """The child side of the protocol: start, lock, started, ready/idle, reload, fatal, shutdown."""
 
-    def __init__(self, setup, redact=default_redact):
+    def __init__(self, setup, redact=default_redact, prepare=None):
         self.setup = setup  # setup(runtime) -> an http.server handler class; may raise
         self.redact = redact
+        # prepare(runtime): runs once before `start` is read, for what does not depend on the
+        # address (imports, a shared cache): a warm spare has done it before a request binds it.
+        # No address yet (a spare has none); a raise is a `fatal`.
+        self.prepare = prepare
         self.control = socket.socket(fileno=int(os.environ["CORRAL_CONTROL_FD"]))
         self.listener = socket.socket(fileno=int(os.environ["CORRAL_LISTEN_FD"]))
         for s in (self.control, self.listener):
@@ -248,6 +256,7 @@ class WorkerRuntime:
         self._selector.register(self.control, selectors.EVENT_READ, self._on_control)
         self._selector.register(self._wake_r, selectors.EVENT_READ, self._on_posted)
         self._selector.register(self._signal_r, selectors.EVENT_READ, self._on_signal)
+        self._prepare()
         while not self._done:
             # One reload per pass, so that the control messages between two are seen.
             for key, _ in self._selector.select(0 if self._reload_due() else None):
@@ -258,6 +267,19 @@ class WorkerRuntime:
                 self._apply_next_reload()
         log("worker_exit", address=self.address, status=self._status)
         return self._status
+
+    def _prepare(self):
+        """The application's prepare hook, then `standby` as a warm spare (launched without an
+        address, docs/worker-protocol.md "Warm spares"): it waits for `start` from now on."""
+        if self.prepare is not None:
+            try:
+                self.prepare(self)
+            except Exception as e:  # noqa: BLE001 - a prepare failure is a `fatal`
+                self.fatal(e)
+                return
+        if not self.address:
+            with self._lock:
+                self._send_locked({"type": "standby"})
 
     def _on_signal(self):
         data = os.read(self._signal_r, 64)

@@ -89,6 +89,10 @@ nlohmann::json to_json(const PublicError& error) {
   return j;
 }
 
+std::string encode_standby() {
+  return R"({"type":"standby"})";
+}
+
 std::string encode_started() {
   return R"({"type":"started"})";
 }

@@ -60,6 +60,8 @@ struct ManagerMessage {
 core::Result<ManagerMessage> parse_manager_message(std::string_view packet);
 
 nlohmann::json to_json(const PublicError& error);
+// A warm spare's (launched without an address) once it waits for `start` (issue 14).
+std::string encode_standby();
 std::string encode_started();
 // `reload`: the application registered a reload hook (the worker can reload in place).
 std::string encode_ready(bool idle, bool reload = false);

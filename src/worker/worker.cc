@@ -323,6 +323,7 @@ class Worker {
     // seen as EOF on the control socket, whose other end only the manager holds.
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (auto r = channel_.start(); !r) return setup_failed(r.error());
+    prepare();
     core::Timer log_flush(loop_.timers(), nullptr);
     log_flush.bind(loop_.timers(), [&] {
       log_.flush();
@@ -372,6 +373,21 @@ class Worker {
   int setup_failed(const core::Error& e) {
     log_.error("worker_setup_failed", "error=\"{}\"", e.reason);
     return kExitFatal;
+  }
+
+  // The application's prepare hook, then `standby` for a spare (no address: nothing is in its
+  // control socket yet, or a `start` waits there; either way it is read after this).
+  void prepare() {
+    if (options_.prepare) {
+      try {
+        options_.prepare(context_);
+      } catch (const std::exception& e) {
+        return fatal(e);
+      } catch (...) {
+        return fatal(std::runtime_error("prepare threw a non-exception"));
+      }
+    }
+    if (state_ == State::kWaitingStart && address_.empty()) channel_.send(encode_standby());
   }
 
   PublicError redact(const std::exception& e) {

@@ -3,7 +3,10 @@
 // manager created; this library does everything the protocol asks so the application only
 // registers routes:
 //
-//   1. reads CORRAL_CONTROL_FD (3) and CORRAL_LISTEN_FD (4), arms PR_SET_PDEATHSIG;
+//   1. reads CORRAL_CONTROL_FD (3) and CORRAL_LISTEN_FD (4), arms PR_SET_PDEATHSIG, runs the
+//      application's prepare hook (WorkerOptions::prepare: what does not depend on the address;
+//      a throw is a `fatal`), and, as a warm spare (no CORRAL_ADDRESS: launched before any
+//      request, docs/worker-protocol.md "Warm spares"), sends `standby`;
 //   2. waits for `start` on the control socket, takes the address's lock (flock, blocking — in a
 //      helper thread, so the loop still sees `shutdown`, SIGTERM and a lost link meanwhile),
 //      sends `started`;
@@ -107,6 +110,12 @@ PublicError default_redact(const std::exception& e);  // {"internal error"}
 
 struct WorkerOptions {
   std::function<PublicError(const std::exception&)> redact = default_redact;
+  // Runs once before `start` is read, on the loop's thread: the setup that does not depend on the
+  // address (load a model, open a shared cache, warm the code), so that a warm spare has done it
+  // before any request binds it. There is no address yet (address(), start_data() and the code
+  // are empty: a spare has none); closers registered here run at the stop as others do. A throw
+  // is a `fatal` (redacted) and worker_main returns 1.
+  std::function<void(WorkerContext&)> prepare;
   // From the start of a stop to a forced _exit(0). The protocol says 3 s; the manager kills the
   // process group after its stop_grace (5 s).
   uint32_t force_exit_ms = 3000;

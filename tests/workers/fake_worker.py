@@ -42,7 +42,10 @@ import sys
 import threading
 import time
 
-address = os.environ["CORRAL_ADDRESS"]
+# A warm spare (issue 14) has no CORRAL_ADDRESS: it sends `standby` (unless FAKE_WORKER_STANDBY=0,
+# as a library that predates it) and learns its address from `start`. FAKE_WORKER_SPARE_EVENTS: a
+# file to append "<monotonic> <pid> standby" to.
+address = os.environ.get("CORRAL_ADDRESS", "")
 control = socket.socket(fileno=int(os.environ["CORRAL_CONTROL_FD"]))
 listener = socket.socket(fileno=int(os.environ["CORRAL_LISTEN_FD"]))
 events_path = None
@@ -152,9 +155,22 @@ def apply_reload(m, action):
 
 def main():
     global events_path, version
+    global address
     signal.signal(signal.SIGTERM, lambda *a: (event("exiting"), os._exit(0)))
-    msg = json.loads(control.recv(65536))
+    if not address and os.environ.get("FAKE_WORKER_STANDBY") != "0":
+        send({"type": "standby"})
+        spare_events = os.environ.get("FAKE_WORKER_SPARE_EVENTS")
+        if spare_events:
+            with open(spare_events, "a") as f:
+                f.write(f"{time.monotonic():.6f} {os.getpid()} standby\n")
+    raw = control.recv(65536)
+    if not raw:  # the manager stopped the spare (or went away)
+        os._exit(0)
+    msg = json.loads(raw)
+    if msg["type"] == "shutdown":
+        os._exit(0)
     assert msg["type"] == "start", msg
+    address = msg["address"]
     data = dict(json.loads(os.environ.get("FAKE_WORKER_START", "{}")))
     data.update(msg.get("start") or {})
     events_path = data.get("events")
