@@ -257,7 +257,7 @@ void read_worker_kind(Reader& r, std::string_view name, const toml::table& t,
                               ": a kind name is letters, digits, '-' and '_'");
   r.check_unknown(t, prefix,
                   {"command", "env", "routes", "idle", "start_timeout", "stop_grace", "max_workers",
-                   "code", "reload", "reload_timeout"});
+                   "code", "reload", "reload_timeout", "spares"});
   auto strings = [&](const char* key, std::vector<std::string>& out) {
     auto* n = t.get(key);
     if (!n) return;
@@ -291,6 +291,7 @@ void read_worker_kind(Reader& r, std::string_view name, const toml::table& t,
   duration("start_timeout", k.start_timeout_ms);
   duration("stop_grace", k.stop_grace_ms);
   r.integer(t, prefix, "max_workers", k.max_workers, 1, 1'000'000);
+  r.integer(t, prefix, "spares", k.spares, 0, 1'000);
   read_worker_code(t, prefix, base_dir, k, errors);
   if (t.get("reload_timeout")) {
     uint32_t ms = k.reload_timeout_ms;

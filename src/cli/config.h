@@ -27,6 +27,7 @@ struct WorkerKind {
   uint32_t start_timeout_ms = 60'000;
   uint32_t stop_grace_ms = 5'000;
   uint32_t max_workers = 0;  // live workers of this kind; 0: only the global bound
+  uint32_t spares = 0;       // warm spares kept launched (issue 14, process-model.md)
   // The kind's code (docs/deploying.md): a directory, relative to the configuration file's
   // directory (made absolute by load_config); empty: none. How a rollout brings a live worker to
   // a new version ("auto", "in-place" or "restart") and how long one worker's reload may take.

@@ -14,6 +14,7 @@ std::vector<workers::KindConfig> kind_configs(const std::vector<WorkerKind>& kin
     c.start_timeout_ms = k.start_timeout_ms;
     c.stop_grace_ms = k.stop_grace_ms;
     c.max_workers = k.max_workers;
+    c.spares = k.spares;
     c.code_dir = k.code;
     c.reload = k.reload == "in-place"  ? workers::KindConfig::Reload::in_place
                : k.reload == "restart" ? workers::KindConfig::Reload::restart
