@@ -4,6 +4,7 @@
 #   bench/workers.sh [--count 200] [--concurrency 8] [--duration 10] [--warmup 2]
 #                    [--connections 32] [--threads 2] [--repeat 2] [--idle-workers 50]
 #                    [--kinds cpp,python] [--parts first,proxy,memory] [--priority rt|nice|none]
+#                    [--spares N]
 #                    [--baseline PATH [--baseline-worker PATH]]
 #
 # Parts (each on a fresh `corral serve --config` with its own state directory; the config has no
@@ -13,7 +14,10 @@
 #           bench/workers_first.py from before connect() to the last response byte; once one at a
 #           time and once --concurrency at a time (a fresh corral for each round, idle = "1h" so
 #           nothing stops in between). 5 unmeasured first requests warm the page cache first.
-#           Reports median, p90, p99, max in ms.
+#           Reports median, p90, p99, max in ms. With --spares N the kind has `spares = N` (warm
+#           spares, docs/process-model.md): the rounds are then concurrency 1 and N, and before
+#           each batch of requests workers_first.py waits (untimed) until the N spares are in
+#           standby again, so each first request binds a warm spare; rows say "<kind>/spares=N".
 #   proxy   Proxied req/s against direct req/s in the same corral process: wrk -t2 -c32 on
 #           GET /counter/x/ (one warm worker) and on GET /hello, alternated --repeat times, each
 #           measured run after an unmeasured --warmup. Reports both, the ratio, and CPU per request
@@ -43,7 +47,7 @@
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-help_lines=2,42
+help_lines=2,46
 
 count=200
 concurrency=8
@@ -55,12 +59,14 @@ repeat=2
 idle_workers=50
 kinds="cpp,python"
 parts="first,proxy,memory"
+spares=0
 priority=$(rt_if_root)
 baseline=""
 baseline_worker=""
 parse_flags "--count count --concurrency concurrency --duration duration --warmup warmup
   --connections conns --threads threads --repeat repeat --idle-workers idle_workers --kinds kinds
-  --parts parts --priority priority --baseline baseline --baseline-worker baseline_worker" "$@"
+  --parts parts --priority priority --baseline baseline --baseline-worker baseline_worker
+  --spares spares" "$@"
 set_prio "$priority"
 
 need_tools wrk curl python3 cc
@@ -170,6 +176,7 @@ state_dir = "$state"
 command = $cmd
 routes = ["/counter/{id}/*"]
 idle = "1h"
+spares = $spares
 EOF
   out="$tmp/corral-$run_n.out"
   "${prio[@]}" "$corral" serve --config "$tmp/corral-$run_n.toml" >"$out" 2>&1 &
@@ -227,14 +234,21 @@ has_part() { [[ ",$parts," == *",$1,"* ]]; }
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # --- part 1: first request to a new address ----------------------------------------------------
+first_concs=(1 "$concurrency")
+spare_args=()
+if ((spares > 0)); then
+  first_concs=(1)
+  ((spares > 1)) && first_concs+=("$spares")
+fi
 if has_part first; then
   for kind in "${kind_list[@]}"; do
-    for c in 1 "$concurrency"; do
+    for c in "${first_concs[@]}"; do
       for b in "${builds[@]}"; do
         start_corral "$kind" "$b"
         for i in 1 2 3 4 5; do expect_counter "/counter/w$i/"; done
+        ((spares > 0)) && spare_args=(--spares "$spares" --state-dir "$state")
         got=$("${prio[@]}" python3 "$root/bench/workers_first.py" --port "$port" --prefix /counter/a \
-          --count "$count" --concurrency "$c")
+          --count "$count" --concurrency "$c" "${spare_args[@]}")
         remember_workers
         alive=$(worker_pids | wc -l)
         echo "workers.sh: first $kind c=$c $b: $got (workers running: $alive)" >&2
@@ -242,7 +256,8 @@ if has_part first; then
 import json, sys
 d = json.loads(sys.argv[1])
 print("first", sys.argv[2], d["concurrency"], d["count"], d["errors"], d["median_ms"], d["p90_ms"],
-      d["p99_ms"], d["max_ms"], d["starts_per_s"], sys.argv[3], sys.argv[4])' "$got" "$kind" "$alive" "$b" \
+      d["p99_ms"], d["max_ms"], d["starts_per_s"], sys.argv[3], sys.argv[4])' "$got" \
+          "$kind$( ((spares > 0)) && echo "/spares=$spares")" "$alive" "$b" \
           >>"$results"
         stop_corral
       done
@@ -351,8 +366,8 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # --- report ------------------------------------------------------------------------------------
 echo
-printf '<!-- bench/workers.sh --count %s --concurrency %s --duration %s --repeat %s --idle-workers %s --priority %s, %s, %s x%s, Linux %s, load average before %s after %s -->\n' \
-  "$count" "$concurrency" "$duration" "$repeat" "$idle_workers" "$priority" "$(utc_minute)" \
+printf '<!-- bench/workers.sh --count %s --concurrency %s --duration %s --repeat %s --idle-workers %s --spares %s --priority %s, %s, %s x%s, Linux %s, load average before %s after %s -->\n' \
+  "$count" "$concurrency" "$duration" "$repeat" "$idle_workers" "$spares" "$priority" "$(utc_minute)" \
   "$(cpu_model)" "$(nproc)" "$(uname -r)" "$load_before" "$load_after"
 awk -v conns="$conns" -v threads="$threads" -v nbuilds="${#builds[@]}" -v basebin="${bin_of[baseline]:-}" \
     -v kindlist="$kinds" -v concs="1,$concurrency" '

@@ -31,7 +31,8 @@ namespace fs = std::filesystem;
 class WorkerProcess {
  public:
   // Forks a child that runs worker_main(setup, options) on fds 3 and 4.
-  WorkerProcess(SetupFunction setup, WorkerOptions options) {
+  // `spare`: no CORRAL_ADDRESS, as a warm spare is launched (docs/worker-protocol.md).
+  WorkerProcess(SetupFunction setup, WorkerOptions options, bool spare = false) {
     dir_ = fs::temp_directory_path() /
            ("corral-worker-test-" + std::to_string(getpid()) + "-" + std::to_string(counter_++));
     fs::create_directories(dir_);
@@ -46,7 +47,10 @@ class WorkerProcess {
       dup2(b, 4);
       setenv("CORRAL_CONTROL_FD", "3", 1);
       setenv("CORRAL_LISTEN_FD", "4", 1);
-      setenv("CORRAL_ADDRESS", "test:1", 1);
+      if (spare)
+        unsetenv("CORRAL_ADDRESS");
+      else
+        setenv("CORRAL_ADDRESS", "test:1", 1);
       setenv("CORRAL_STATE_DIR", dir_.c_str(), 1);
       _exit(worker_main(std::move(setup), std::move(options)));
     }
@@ -170,6 +174,51 @@ TEST(WorkerMain, ThrowingSetupIsAFatalWithTheRedactedErrorAndClosersRun) {
   std::string seen;
   std::getline(closed, seen);
   EXPECT_EQ(seen, R"(test:1 {"k":"v"})");
+}
+
+TEST(WorkerMain, ASpareRunsPrepareSaysStandbyAndTakesItsAddressFromStart) {
+  WorkerOptions options;
+  options.prepare = [](WorkerContext& ctx) {
+    // Before `start`: no address; what it leaves is what setup finds.
+    std::string marker = std::string(ctx.state_dir()) + "/prepared";
+    std::ofstream(marker) << "[" << ctx.address() << "]";
+    ctx.on_close([marker] { std::ofstream(marker, std::ios::app) << " closed"; });
+  };
+  WorkerProcess w(
+      [](WorkerContext& ctx, http::SiteBuilder& site) {
+        std::ifstream in(std::string(ctx.state_dir()) + "/prepared");
+        std::string prepared;
+        std::getline(in, prepared);
+        std::ofstream(std::string(ctx.state_dir()) + "/setup") << prepared << " " << ctx.address();
+        site.route("GET /", [](http::Request&) { return http::Response::text("ok"); });
+      },
+      options, /*spare=*/true);
+  EXPECT_EQ(w.recv()["type"], "standby");
+  w.send_start();
+  EXPECT_EQ(w.recv()["type"], "started");
+  EXPECT_EQ(w.recv()["type"], "ready");
+  w.send(R"({"type":"shutdown"})");
+  int status = w.wait();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), kExitOk);
+  std::ifstream setup(w.dir() / "setup"), prepared(w.dir() / "prepared");
+  std::string seen, after;
+  std::getline(setup, seen);
+  std::getline(prepared, after);
+  EXPECT_EQ(seen, "[] test:1");
+  EXPECT_EQ(after, "[] closed");  // a closer registered in prepare ran at the stop
+}
+
+TEST(WorkerMain, AThrowingPrepareIsAFatal) {
+  WorkerOptions options;
+  options.redact = [](const std::exception&) { return PublicError{"prepare failed", "", ""}; };
+  options.prepare = [](WorkerContext&) { throw std::runtime_error("no model"); };
+  WorkerProcess w([](WorkerContext&, http::SiteBuilder&) {}, options, /*spare=*/true);
+  EXPECT_EQ(w.recv(),
+            (nlohmann::json{{"type", "fatal"}, {"error", {{"message", "prepare failed"}}}}));
+  int status = w.wait();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), kExitFatal);
 }
 
 TEST(WorkerMain, RoutesThatDoNotBuildAreFatal) {

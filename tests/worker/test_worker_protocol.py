@@ -97,8 +97,9 @@ class FakeManager:
     """One worker process, as the manager would run it."""
 
     def __init__(self, command, base, address="doc:42", lock=None, start=None, name="w", code=None,
-                 env=None):
+                 env=None, spare=False):
         self.command = command
+        self.spare = spare  # a warm spare: no CORRAL_ADDRESS; `start` names the address
         self.code = code  # a CodeSet: `start` carries its scripts and code
         self.env = env or {}
         self.address = address
@@ -136,6 +137,8 @@ class FakeManager:
         env.update(CORRAL_CONTROL_FD="3", CORRAL_LISTEN_FD="4", CORRAL_ADDRESS=self.address,
                    CORRAL_STATE_DIR=self.state_dir)
         env.update(self.env)
+        if self.spare:
+            del env["CORRAL_ADDRESS"]
         self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=self.log,
                                      stderr=subprocess.STDOUT, env=env, pass_fds=(3, 4),
@@ -148,6 +151,13 @@ class FakeManager:
 
     def send(self, msg):
         self.ctrl.send(json.dumps(msg).encode() if isinstance(msg, dict) else msg)
+
+    def bind(self, name):
+        """What the manager does to bind a spare: its socket file renamed to the address's."""
+        path = os.path.join(self.sock_dir, f"{name}.sock")
+        os.rename(self.sock_path, path)
+        self.sock_path = path
+        self.send_start()
 
     def send_start(self):
         msg = {"type": "start", "address": self.address, "start": self.start_data,
@@ -634,4 +644,57 @@ def test_reload_during_a_stop_is_not_answered(managers, code_set):
         assert msg is None or msg["type"] == "idle", msg
         if msg is None:
             break
+    assert m.wait_exit() == 0
+
+
+# --- warm spares (issue 14, docs/worker-protocol.md "Warm spares") -----------------------------
+
+
+def test_a_spare_says_standby_and_serves_the_address_it_is_bound_to(managers):
+    m = managers(spare=True, address="doc:7")
+    m.spawn()
+    m.expect("standby")
+    assert m.quiet_for(0.2)  # nothing more until `start`
+    m.bind("doc%3A7")  # rename(2) of the listening socket's file: connects reach it there
+    m.expect("started")
+    assert m.expect("ready")["idle"] is True
+    status, body = m.request("GET", "/start")
+    assert status == 200
+    assert json.loads(body) == {"address": "doc:7", "start": {"greeting": "hi"}, "scripts": []}
+    assert not os.path.exists(os.path.join(m.sock_dir, "w.sock"))
+    m.drain_idle()
+    assert m.request("POST", "/inc") == (200, "1\n")
+    m.drain_idle()
+    m.send({"type": "shutdown"})
+    assert m.wait_exit() == 0
+    assert m.count_file() == 1  # its data file is the address's, from `start`
+
+
+def test_a_spare_bound_before_its_standby_takes_the_queued_start(managers):
+    m = managers(spare=True)
+    m.spawn()
+    m.bind("doc%3A42")  # `start` waits in its socket while it starts up
+    m.expect("standby")
+    m.expect("started")
+    m.expect("ready")
+    assert m.request("GET", "/") == (200, "0\n")
+    m.send({"type": "shutdown"})
+    assert m.wait_exit() == 0
+
+
+def test_a_spare_stops_on_shutdown_without_a_start(managers):
+    m = managers(spare=True)
+    m.spawn()
+    m.expect("standby")
+    m.send({"type": "shutdown"})
+    assert m.wait_exit() == 0
+
+
+def test_a_worker_started_for_an_address_sends_no_standby(managers):
+    m = managers()
+    m.spawn()
+    m.send_start()
+    m.expect("started")  # first: no standby
+    m.expect("ready")
+    m.send({"type": "shutdown"})
     assert m.wait_exit() == 0
