@@ -3,10 +3,12 @@
 A fake manager in Python does what corral's worker manager does: a SOCK_SEQPACKET socketpair for
 control (the child's end becomes fd 3), a listening Unix socket in a 0700 directory (fd 4), the
 environment variables, a new process group; then `start`, and HTTP over the Unix socket. Both
-example workers (examples/worker_cpp, built; examples/worker_python) run through the same tests.
+example workers (examples/worker_cpp, built; examples/worker_python; examples/worker_node) run
+through the same tests.
 
 Environment: CORRAL_EXAMPLE_WORKER (the C++ example_worker; default build/debug/...),
-CORRAL_PYTHON (the interpreter for the Python worker; default /usr/bin/python3).
+CORRAL_PYTHON (the interpreter for the Python worker; default /usr/bin/python3), CORRAL_NODE (node
+for the Node.js worker; default `node` on PATH).
 """
 
 import http.client
@@ -26,6 +28,8 @@ CPP_WORKER = os.environ.get(
     "CORRAL_EXAMPLE_WORKER", os.path.join(ROOT, "build/debug/examples/worker_cpp/example_worker"))
 PY_WORKER = os.path.join(ROOT, "examples/worker_python/worker.py")
 PYTHON = os.environ.get("CORRAL_PYTHON", "/usr/bin/python3")
+NODE_WORKER = os.path.join(ROOT, "examples/worker_node/worker.mjs")
+NODE = os.environ.get("CORRAL_NODE", "node")
 
 TIMEOUT = 10.0  # any single expected event; a passing run takes far less
 
@@ -37,6 +41,8 @@ def worker_command(kind):
                 pytest.fail(f"CORRAL_EXAMPLE_WORKER={CPP_WORKER} does not exist")
             pytest.skip(f"{CPP_WORKER} is not built")
         return [CPP_WORKER]
+    if kind == "node":
+        return [NODE, NODE_WORKER]
     return [PYTHON, PY_WORKER]
 
 
@@ -183,7 +189,7 @@ class FakeManager:
             self.log.close()
 
 
-@pytest.fixture(params=["cpp", "python"])
+@pytest.fixture(params=["cpp", "python", "node"])
 def kind(request):
     return request.param
 
