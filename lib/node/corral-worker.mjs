@@ -177,20 +177,22 @@ export function log(event, fields = {}) {
 
 // --- the control link ------------------------------------------------------------------------
 
-/** The SOCK_SEQPACKET socket on `fd`: one JSON message per packet, both ways. */
-class ControlLink {
-  constructor(fd, { onMessage, onLost }) {
+/** The SOCK_SEQPACKET socket on `fd`: one JSON message per packet, both ways. Exported for the
+ * tests; `capacity` (the largest packet read whole) is MAX_PACKET but there. */
+export class ControlLink {
+  constructor(fd, { onMessage, onLost, onTooLarge = () => {}, capacity = MAX_PACKET }) {
     const { Pipe, constants } = process.binding("pipe_wrap");
     const handle = new Pipe(constants.SOCKET);
     const err = handle.open(fd);
     if (err) throw new Error(`fd ${fd} cannot be opened as a socket (uv error ${err})`);
     this.onMessage = onMessage;
     this.onLost = onLost;
+    this.onTooLarge = onTooLarge;
     this.queue = [];
     this.writing = false;
     this.lost = false;
     this.drained = [];
-    const buffer = Buffer.allocUnsafeSlow(MAX_PACKET + 1); // pages are touched only as packets fill them
+    const buffer = Buffer.allocUnsafeSlow(capacity + 1); // pages are touched only as packets fill them
     this.socket = new net.Socket({
       handle,
       onread: { buffer, callback: (n, buf) => this.onPacket(n, buf) },
@@ -207,7 +209,7 @@ class ControlLink {
     const r = parseManagerPacket(buf, n);
     if (r.drop) {
       log("control_message_dropped", r.bytes === undefined ? { reason: r.drop } : { reason: r.drop, bytes: r.bytes });
-      if (r.drop === "too large") this.onMessage({ type: "", tooLarge: true });
+      if (r.drop === "too large") this.onTooLarge();
       return;
     }
     this.onMessage(r.message);
@@ -266,6 +268,7 @@ export class WorkerRuntime {
   constructor(options = {}) {
     this.redact = options.redact || defaultRedact;
     this.forceExitMs = options.forceExitMs ?? FORCE_EXIT_MS;
+    this.watchdog = options.watchdog ?? true;
     this.controlFd = Number(process.env.CORRAL_CONTROL_FD);
     this.listenFd = Number(process.env.CORRAL_LISTEN_FD);
     // The address's wire form (printable, safe in JSON and logs); addressBytes is the address.
@@ -341,6 +344,7 @@ export class WorkerRuntime {
     this._link = new ControlLink(this.controlFd, {
       onMessage: (m) => this._onControl(m),
       onLost: () => this.stop(EXIT_OK, "control_link_lost"),
+      onTooLarge: () => this._onTooLarge(),
     });
     for (const signal of ["SIGTERM", "SIGINT"]) {
       process.on(signal, () => this.stop(EXIT_OK, signal.toLowerCase()));
@@ -360,15 +364,17 @@ export class WorkerRuntime {
     else this.fatal(e);
   }
 
+  _onTooLarge() {
+    // Without the `start` nothing can go on: say so rather than let the start timer run out.
+    if (this._started || this._stopping) return;
+    this._send({
+      type: "fatal",
+      error: publicJson(new PublicError("the start message is too large", "start_too_large")),
+    });
+    this.stop(EXIT_FATAL, "start_too_large");
+  }
+
   _onControl(msg) {
-    if (msg.tooLarge) {
-      // Without the `start` nothing can go on: say so rather than let the start timer run out.
-      if (!this._started) {
-        this._send({ type: "fatal", error: publicJson(new PublicError("the start message is too large", "start_too_large")) });
-        this.stop(EXIT_FATAL, "start_too_large");
-      }
-      return;
-    }
     switch (msg.type) {
       case "shutdown":
         return this.stop(EXIT_OK, "shutdown");
@@ -673,7 +679,9 @@ export class WorkerRuntime {
       process.exit(status);
     }, this.forceExitMs);
     // If the loop itself is stuck, the timer above never runs: a thread of its own kills the
-    // process (by signal: a status cannot be chosen from there).
+    // process (by signal: a status cannot be chosen from there). Starting it costs a stop some
+    // 10-20 ms; `watchdog: false` leaves a stuck loop to the manager's kill after stop_grace.
+    if (!this.watchdog) return;
     try {
       const watchdog = new Worker(
         "const { workerData: w } = require('node:worker_threads');" +
@@ -726,7 +734,8 @@ function printError(err) {
 /**
  * Runs the worker: setup(runtime) returns (or resolves to) the request listener `(req, res)` or
  * `{ request, upgrade }`; options: `redact(err) -> PublicError | {message, code?, reason?}`,
- * `forceExitMs`. Never returns: the process exits when the worker stops.
+ * `forceExitMs` (3000), `watchdog` (true: a thread that kills a stop stuck past forceExitMs).
+ * Returns the runtime; the process exits when the worker stops.
  */
 export function workerMain(setup, options = {}) {
   const env = process.env;
