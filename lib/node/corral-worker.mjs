@@ -624,9 +624,9 @@ export class WorkerRuntime {
       }
     } finally {
       this._reloading = false;
+      this._nextReload(); // the next one's busy +1 comes first: no idle flip between two reloads
       this.busyAdd(-1);
     }
-    this._nextReload();
   }
 
   _sendReloaded(reply) {
