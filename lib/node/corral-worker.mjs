@@ -295,6 +295,7 @@ export class WorkerRuntime {
     this._server = null;
     this._link = null;
     this._inflightZero = [];
+    this._setupDone = null; // setup's promise, once it runs
   }
 
   // --- what the application uses ---------------------------------------------------------------
@@ -462,7 +463,8 @@ export class WorkerRuntime {
     this._send({ type: "started" });
     let app;
     try {
-      app = await this._setup(this);
+      this._setupDone = Promise.resolve(this._setup(this));
+      app = await this._setupDone;
     } catch (e) {
       return this.fatal(e);
     }
@@ -660,6 +662,9 @@ export class WorkerRuntime {
         });
       }
     }
+    // A stop during an async setup waits for it (within the forced exit): the closers it
+    // registers release what it took.
+    if (this._setupDone) await this._setupDone.catch(() => {});
     for (const closer of this._closers.reverse()) {
       try {
         await closer();

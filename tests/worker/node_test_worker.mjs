@@ -5,6 +5,7 @@
 //   TEST_CLOSER=hang-sync    a closer that never yields the thread (the watchdog ends it)
 //   TEST_CLOSER=throws       a closer that throws (the next one still runs)
 //   TEST_SETUP=rejects       setup rejects (a fatal with the redacted error)
+//   TEST_SETUP=slow          setup takes 300 ms before it registers its closers
 //   TEST_NO_WATCHDOG=1       workerMain's watchdog off
 //
 // Routes: GET / (ok), GET /slow?ms=N, GET /uncaught (an exception nothing catches, after the
@@ -17,7 +18,7 @@ import { PublicError, workerMain } from "../../lib/node/corral-worker.mjs";
 
 workerMain(
   async (runtime) => {
-    await new Promise((resolve) => setTimeout(resolve, 1));
+    await new Promise((resolve) => setTimeout(resolve, process.env.TEST_SETUP === "slow" ? 300 : 1));
     if (process.env.TEST_SETUP === "rejects") throw new Error("setup met secret-456");
     const ran = path.join(runtime.stateDir, "closers");
     const note = (name) => fs.appendFileSync(ran, `${name}\n`);

@@ -171,6 +171,15 @@ def test_a_rejecting_setup_is_a_fatal(managers):
     assert m.wait_exit() == 1
 
 
+def test_a_stop_during_an_async_setup_runs_the_closers_it_registers(managers):
+    m = managers(TEST_SETUP="slow").spawn()
+    m.send_start()
+    m.expect("started")
+    m.send({"type": "shutdown"})  # setup is still awaiting
+    assert m.wait_exit() == 0
+    assert closers_ran(m) == ["third", "second", "first"]
+
+
 def test_sigterm_while_waiting_for_the_lock(managers):
     first = managers().start_ready()
     second = managers().spawn()
