@@ -15,8 +15,10 @@
 //
 // The count lives in <state dir>/data/<address>.count, the address percent-encoded as in the lock
 // path ("doc%3A42.count"): read at setup, written by a closer at shutdown. The reload hook re-reads
-// hello.txt from the new code directory and fails (code reload_failed) when the new set has a file
-// named reload-fails; CORRAL_NO_RELOAD=1 registers no hook (ready then says no reload support).
+// hello.txt from the new code directory; a new set holding a file named reload-fails is refused
+// (code reload_failed: the old code stays), one holding reload-sleep-ms (a number) makes the hook
+// take that long (requests are served meanwhile); CORRAL_NO_RELOAD=1 registers no hook (ready then
+// says no reload support).
 //
 // Threading: one event loop; a request's handler runs to its end between others.
 
@@ -29,10 +31,10 @@ const MAX_MS = 60_000;
 
 class ReloadFailed extends Error {}
 
-function readHello(dir) {
+function readCodeFile(dir, name) {
   if (!dir) return null;
   try {
-    return fs.readFileSync(path.join(dir, "hello.txt"), "utf8");
+    return fs.readFileSync(path.join(dir, name), "utf8");
   } catch (e) {
     if (e.code === "ENOENT") return null;
     throw e;
@@ -67,14 +69,16 @@ function setup(runtime) {
     fs.renameSync(file + ".tmp", file);
   });
 
-  let hello = readHello(runtime.codeDir);
+  let hello = readCodeFile(runtime.codeDir, "hello.txt");
   if (process.env.CORRAL_NO_RELOAD !== "1") {
-    runtime.onReload((update) => {
-      const fails =
-        update.scripts.some((s) => s && s.path === "reload-fails") ||
-        (update.dir !== null && fs.existsSync(path.join(update.dir, "reload-fails")));
-      if (fails) throw new ReloadFailed(`the new code set ${update.version} asks to fail`);
-      hello = readHello(update.dir);
+    runtime.onReload(async (update) => {
+      // requests go on being served meanwhile: the hook only awaits
+      const sleepMs = parseInt(readCodeFile(update.dir, "reload-sleep-ms") || "0", 10) || 0;
+      if (sleepMs > 0) await new Promise((resolve) => setTimeout(resolve, Math.min(sleepMs, MAX_MS)));
+      if (readCodeFile(update.dir, "reload-fails") !== null) {
+        throw new ReloadFailed(`the set ${update.version} has a file named reload-fails`);
+      }
+      hello = readCodeFile(update.dir, "hello.txt");
       return { hello };
     });
   }
@@ -126,7 +130,7 @@ function setup(runtime) {
 }
 
 function redact(err) {
-  if (err instanceof ReloadFailed) return new PublicError("the new code could not be loaded", "reload_failed");
+  if (err instanceof ReloadFailed) return new PublicError("the new code cannot be loaded", "reload_failed");
   return new PublicError("the counter failed", "counter_failed");
 }
 

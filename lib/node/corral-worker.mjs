@@ -599,25 +599,27 @@ export class WorkerRuntime {
     if (this._reloading || !this._running || this._reloads.length === 0) return;
     const msg = this._reloads.shift();
     const update = codeSetOf(msg);
+    const reply = { type: "reloaded", id: msg.id, version: update.version };
+    if (!this._reloadHook) {
+      // Nothing runs: no busy flip, just the refusal.
+      reply.error = { message: "This worker cannot reload in place.", code: "no_reload" };
+      this._send(reply);
+      return this._nextReload();
+    }
     this._reloading = true;
     this.busyAdd(1);
-    const reply = { type: "reloaded", id: msg.id, version: update.version };
     try {
-      if (!this._reloadHook) {
-        reply.error = { message: "This worker cannot reload in place.", code: "no_reload" };
-      } else {
-        try {
-          const report = await this._reloadHook(update);
-          reply.report = report === undefined || report === null ? {} : report;
-          this.scripts = update.scripts;
-          this.codeVersion = update.version;
-          this.codeDir = update.dir;
-          log("worker_reloaded", { address: this.address, id: msg.id, version: String(update.version) });
-        } catch (e) {
-          log("reload_failed", { address: this.address, id: msg.id, error: String(e && e.message) });
-          printError(e);
-          reply.error = this._publicError(e);
-        }
+      try {
+        const report = await this._reloadHook(update);
+        reply.report = report === undefined || report === null ? {} : report;
+        this.scripts = update.scripts;
+        this.codeVersion = update.version;
+        this.codeDir = update.dir;
+        log("worker_reloaded", { address: this.address, id: msg.id, version: String(update.version) });
+      } catch (e) {
+        log("worker_reload_failed", { address: this.address, id: msg.id, error: String(e && e.message) });
+        printError(e);
+        reply.error = this._publicError(e);
       }
       if (!this._sendReloaded(reply) && this._link && !this._link.lost) {
         delete reply.report;
