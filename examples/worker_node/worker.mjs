@@ -69,7 +69,9 @@ function setup(runtime) {
     fs.renameSync(file + ".tmp", file);
   });
 
-  let hello = readCodeFile(runtime.codeDir, "hello.txt");
+  // The version running and its hello.txt: one value, replaced whole by the reload hook, so that
+  // no response mixes two sets.
+  let code = { version: runtime.codeVersion, hello: readCodeFile(runtime.codeDir, "hello.txt") };
   if (process.env.CORRAL_NO_RELOAD !== "1") {
     runtime.onReload(async (update) => {
       // requests go on being served meanwhile: the hook only awaits
@@ -78,7 +80,8 @@ function setup(runtime) {
       if (readCodeFile(update.dir, "reload-fails") !== null) {
         throw new ReloadFailed(`the set ${update.version} has a file named reload-fails`);
       }
-      hello = readCodeFile(update.dir, "hello.txt");
+      const hello = readCodeFile(update.dir, "hello.txt");
+      code = { version: update.version, hello };
       return { hello };
     });
   }
@@ -108,7 +111,7 @@ function setup(runtime) {
       for (let i = 0; i < req.rawHeaders.length; i += 2) pairs.push([req.rawHeaders[i], req.rawHeaders[i + 1]]);
       json(res, pairs);
     },
-    "GET /code": (req, res) => json(res, { version: runtime.codeVersion, hello, pid: process.pid }),
+    "GET /code": (req, res) => json(res, { version: code.version, hello: code.hello, pid: process.pid }),
   };
 
   return (req, res) => {
