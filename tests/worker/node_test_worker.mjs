@@ -8,8 +8,10 @@
 //   TEST_SETUP=slow          setup takes 300 ms before it registers its closers
 //   TEST_NO_WATCHDOG=1       workerMain's watchdog off
 //
-// Routes: GET / (ok), GET /slow?ms=N, GET /uncaught (an exception nothing catches, after the
-// response), GET /closers (the closers that ran so far, from a file in the state dir).
+// Routes: GET /slow?ms=N, GET /uncaught (an exception nothing catches, after the response),
+// GET /rejects (a handler whose promise rejects), anything else "ok METHOD PATH"; an upgrade to
+// any protocol is answered 101 and echoes every byte after it. The closers append their names to
+// <state dir>/closers.
 
 import fs from "node:fs";
 import path from "node:path";
@@ -32,7 +34,13 @@ workerMain(
     if (closer === "hang-sync") runtime.onClose(() => { for (;;); });
     if (closer === "throws") runtime.onClose(() => { throw new Error("closer broke"); });
     runtime.onClose(() => note("third"));
-    return (req, res) => {
+    const upgrade = (req, socket, head) => {
+      // A toy protocol after the 101: every byte comes back.
+      socket.write("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n");
+      if (head.length) socket.write(head);
+      socket.pipe(socket);
+    };
+    const request = (req, res) => {
       const url = new URL(req.url, "http://localhost");
       if (url.pathname === "/slow") {
         const ms = Number(url.searchParams.get("ms") || 0);
@@ -46,6 +54,7 @@ workerMain(
         res.end(`ok ${req.method} ${url.pathname}\n`);
       }
     };
+    return { request, upgrade };
   },
   {
     redact: () => new PublicError("the test worker failed", "test_failed"),

@@ -1,7 +1,8 @@
 """The Node.js worker library (lib/node/corral-worker.mjs) where the shared protocol suite
 (test_worker_protocol.py, which runs it as kind "node") does not look: closers' order and failures,
 the forced exit of a stop that hangs (its promise, or its whole event loop), a connection accepted
-but not yet read when `shutdown` comes, pipelining, exceptions nobody caught, parent death.
+but not yet read when `shutdown` comes, an upgraded connection, pipelining, exceptions nobody
+caught, parent death.
 
 The worker is tests/worker/node_test_worker.mjs, run by the same fake manager. Environment:
 CORRAL_NODE (default `node` on PATH).
@@ -114,6 +115,23 @@ def test_a_connection_that_sends_nothing_holds_the_worker_until_it_closes(manage
     s = raw_connect(m)
     assert m.expect("idle")["idle"] is False
     assert m.quiet_for(0.2)
+    s.close()
+    assert m.expect("idle")["idle"] is True
+    m.send({"type": "shutdown"})
+    assert m.wait_exit() == 0
+
+
+def test_an_upgraded_connection_holds_the_worker_until_it_closes(managers):
+    m = managers().start_ready()
+    s = raw_connect(m)
+    s.sendall(b"GET /echo HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\n"
+              b"Upgrade: echo\r\n\r\nhello")
+    data = read_until(s, b"hello")
+    assert data.startswith(b"HTTP/1.1 101 "), data
+    assert m.expect("idle")["idle"] is False
+    s.sendall(b" again")
+    assert read_until(s, b" again") == b" again"
+    assert m.quiet_for(0.2)  # still open: still not idle
     s.close()
     assert m.expect("idle")["idle"] is True
     m.send({"type": "shutdown"})
