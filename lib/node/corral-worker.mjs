@@ -48,8 +48,9 @@
 // application spawns, unless it passes `stdio` for them. An empty packet reads as EOF (the manager
 // never sends one). The thread pool is not used.
 //
-// Threading: everything runs on the main thread's event loop; the watchdog thread exists only
-// during a stop. One workerMain per process.
+// Lifetime and threading: one workerMain per process; its runtime lives until the process exits
+// (the lock descriptor with it, so a successor starts only after the closers ran). Everything runs
+// on the main thread's event loop; the watchdog thread exists only during a stop.
 
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
@@ -64,6 +65,7 @@ export const MAX_SEND = 64 * 1024; // the manager reads packets of up to 64 KiB
 export const EXIT_OK = 0;
 export const EXIT_FATAL = 1; // fatal(), a throwing setup, the lock not taken
 export const EXIT_BAD_ENVIRONMENT = 78; // EX_CONFIG: not started by a worker manager
+const FINAL_FLUSH_MS = 1000; // the last messages (a `fatal`) before the exit, as the C++ library
 const LOCK_WAIT_LOG_MS = 100; // a lock not granted by then is logged as `lock_wait`
 const FLOCK = "flock";
 
@@ -675,7 +677,10 @@ export class WorkerRuntime {
       }
     }
     this._closers = [];
-    if (this._link) await this._link.flush(); // a `fatal` must leave before the exit
+    // A `fatal` must leave before the exit, but a manager that stopped reading cannot hold it.
+    if (this._link) {
+      await Promise.race([this._link.flush(), new Promise((resolve) => setTimeout(resolve, FINAL_FLUSH_MS))]);
+    }
     log("worker_exit", { address: this.address, status });
     process.exit(status);
   }
