@@ -21,7 +21,7 @@
 //      order of registration, and exits 0 (1 after a fatal). A stop that takes longer than
 //      forceExitMs (3 s, the protocol's bound) ends in process.exit(status) from a timer or, if
 //      the event loop itself is stuck (a closer that never yields), in a SIGKILL from a watchdog
-//      thread 250 ms later.
+//      process 250 ms later.
 //
 // Three things Node does not offer, and how this file gets them from builtins:
 //
@@ -50,14 +50,14 @@
 //
 // Lifetime and threading: one workerMain per process; its runtime lives until the process exits
 // (the lock descriptor with it, so a successor starts only after the closers ran). Everything runs
-// on the main thread's event loop; the watchdog thread exists only during a stop.
+// on the main thread's event loop; the lock helper lives during the lock wait, the watchdog
+// process during a stop.
 
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import fs from "node:fs";
 import http from "node:http";
 import net from "node:net";
-import { Worker } from "node:worker_threads";
 
 export const FORCE_EXIT_MS = 3000; // the protocol: a worker not gone 3 s after `shutdown` exits
 export const MAX_PACKET = 16 * 1024 * 1024; // a `start` or `reload` with a rollout's scripts
@@ -66,7 +66,8 @@ export const EXIT_OK = 0;
 export const EXIT_FATAL = 1; // fatal(), a throwing setup, the lock not taken
 export const EXIT_BAD_ENVIRONMENT = 78; // EX_CONFIG: not started by a worker manager
 const FINAL_FLUSH_MS = 1000; // the last messages (a `fatal`) before the exit, as the C++ library
-const LOCK_WAIT_LOG_MS = 100; // a lock not granted by then is logged as `lock_wait`
+const LOCK_WAIT_LOG_MS = 100;
+const WATCHDOG_EXTRA_MS = 250; // after forceExitMs, a stop whose loop is stuck is killed // a lock not granted by then is logged as `lock_wait`
 const FLOCK = "flock";
 
 // --- the sans-IO pieces (unit-tested in corral-worker.test.mjs) -------------------------------
@@ -690,20 +691,28 @@ export class WorkerRuntime {
       log("worker_force_exit", { reason: `the stop took longer than ${this.forceExitMs} ms` });
       process.exit(status);
     }, this.forceExitMs);
-    // If the loop itself is stuck, the timer above never runs: a thread of its own kills the
-    // process (by signal: a status cannot be chosen from there). Starting it costs a stop some
-    // 10-20 ms; `watchdog: false` leaves a stuck loop to the manager's kill after stop_grace.
+    // If the loop itself is stuck, the timer above never runs: a process of its own kills this
+    // one (by signal: a status cannot be chosen from there). It waits on a pipe from here: this
+    // process's exit, however it comes, is an EOF that ends it without a kill, so a recycled pid
+    // is never hit. (A worker_threads watchdog would also do, but process.exit joins a thread
+    // still booting: tens of ms per stop, seconds on a loaded machine.)
     if (!this.watchdog) return;
+    let devnull = null;
     try {
-      const watchdog = new Worker(
-        "const { workerData: w } = require('node:worker_threads');" +
-          "setTimeout(() => { process.kill(w.pid, 'SIGKILL'); }, w.ms);",
-        { eval: true, workerData: { pid: process.pid, ms: this.forceExitMs + 250 }, stdout: true, stderr: true },
-      );
+      devnull = fs.openSync("/dev/null", "r+");
+      const script = 'timeout "$1" cat >/dev/null; [ $? -eq 124 ] && kill -KILL "$0"';
+      const seconds = ((this.forceExitMs + WATCHDOG_EXTRA_MS) / 1000).toFixed(3);
+      const watchdog = spawn("/bin/sh", ["-c", script, String(process.pid), seconds], {
+        stdio: ["pipe", "ignore", "ignore", devnull, devnull], // fds 3 and 4: not our sockets
+      });
+      watchdog.on("error", (e) => log("watchdog_failed", { error: e.message }));
+      watchdog.stdin.on("error", () => {});
+      watchdog.stdin.unref();
       watchdog.unref();
-      watchdog.on("error", () => {});
     } catch (e) {
       log("watchdog_failed", { error: e.message });
+    } finally {
+      if (devnull !== null) fs.closeSync(devnull);
     }
   }
 
@@ -746,7 +755,7 @@ function printError(err) {
 /**
  * Runs the worker: setup(runtime) returns (or resolves to) the request listener `(req, res)` or
  * `{ request, upgrade }`; options: `redact(err) -> PublicError | {message, code?, reason?}`,
- * `forceExitMs` (3000), `watchdog` (true: a thread that kills a stop stuck past forceExitMs).
+ * `forceExitMs` (3000), `watchdog` (true: a process that kills a stop stuck past forceExitMs).
  * Returns the runtime; the process exits when the worker stops.
  */
 export function workerMain(setup, options = {}) {
