@@ -3,12 +3,10 @@
 A fake manager in Python does what corral's worker manager does: a SOCK_SEQPACKET socketpair for
 control (the child's end becomes fd 3), a listening Unix socket in a 0700 directory (fd 4), the
 environment variables, a new process group; then `start`, and HTTP over the Unix socket. Both
-example workers (examples/worker_cpp, built; examples/worker_python; examples/worker_node) run
-through the same tests.
+example workers (examples/worker_cpp, built; examples/worker_python) run through the same tests.
 
 Environment: CORRAL_EXAMPLE_WORKER (the C++ example_worker; default build/debug/...),
-CORRAL_PYTHON (the interpreter for the Python worker; default /usr/bin/python3), CORRAL_NODE (node
-for the Node.js worker; default `node` on PATH).
+CORRAL_PYTHON (the interpreter for the Python worker; default /usr/bin/python3).
 """
 
 import http.client
