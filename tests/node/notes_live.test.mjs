@@ -6,7 +6,8 @@
 // the same text with both edits; after `corral ctl stop` of the note's worker both tabs reconnect
 // (a new worker) and go on; no CSP violation or script error on the page.
 //
-// Skipped when chromium, CORRAL_BIN or corral-notes-worker beside it is missing.
+// Skipped when chromium, CORRAL_BIN or corral-notes-worker beside it is missing, or Node is older
+// than 20 (playwright-core's engines).
 // Run: cd tests/node && npm ci && CORRAL_BIN=../../build/debug/corral node --test notes_live.test.mjs
 import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
@@ -24,6 +25,9 @@ const worker = corral ? path.join(path.dirname(corral), 'corral-notes-worker') :
 const WAIT = 15_000; // ms: the bound of every wait in a page
 
 function missing() {
+  // playwright-core 1.64 says engines node >= 20 (Debian 12 ships 18.19; this machine kind 20)
+  if (Number(process.versions.node.split('.')[0]) < 20)
+    return `node ${process.versions.node} is older than playwright-core's 20`;
   for (const [what, file] of [['chromium', CHROMIUM], ['CORRAL_BIN', corral],
                               ['corral-notes-worker', worker]]) {
     try {
