@@ -370,7 +370,10 @@ function flush() {
   say('saving…');
 }
 function schedule() { clearTimeout(timer); timer = setTimeout(flush, 150); }
-area.addEventListener('input', () => { say(sent === null ? 'editing…' : 'saving…'); schedule(); });
+area.addEventListener('input', () => {
+  say(!ws ? 'offline, reconnecting…' : sent === null ? 'editing…' : 'saving…');
+  schedule();
+});
 
 function connect() {
   const url = new URL('ws', location.href);
@@ -386,7 +389,8 @@ function connect() {
       sent = null;
       say('not saved: ' + m.error);
     } else if ('text' in m) {
-      // The greeting: an edit in flight on a lost socket may have been committed.
+      // The greeting of a new socket: an edit in flight on the lost one may have been committed
+      // (then it is the text, unless another tab edited since: then it is merged once more).
       if ('you' in m && sent !== null && m.text === sent) baseText = sent;
       if (m.stale || 'you' in m) sent = null;
       committed(m.text, m.rev);
@@ -395,8 +399,7 @@ function connect() {
     }
   };
   ws.onclose = () => {
-    ws = null;
-    sent = null;  // answered or not, the greeting of the next socket tells
+    ws = null;  // `sent` stays: the next socket's greeting tells whether it was committed
     say('offline, reconnecting…');
     setTimeout(connect, retryMs);
     retryMs = Math.min(retryMs * 2, 5000);
