@@ -451,6 +451,14 @@ int main() {
 
         site.wrap("GET /ws", {.before = client_origin, .after = nullptr});
         ws::SocketRoute live;
+        // An edit carries the whole text: as large as a POST /text body may be (the parser's 8 MiB
+        // max_body), and room for a few whole states queued to a slow tab before it is dropped.
+        live.limits = [](const http::Request&) {
+          ws::SocketLimits l;
+          l.max_message = 8 * 1024 * 1024 + 64 * 1024;  // and the JSON around the text
+          l.max_buffered = 32 * 1024 * 1024;
+          return l;
+        };
         live.on_open = [&n, &ctx](ws::Socket& s) {
           uint64_t id = n.next_tab++;
           n.tabs.emplace(&s, id);

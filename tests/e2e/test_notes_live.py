@@ -42,7 +42,7 @@ def origin(n):
 def connect(n, key, from_origin=None):
     return websockets.connect(f"ws://{n.srv.host}:{n.srv.port}/note/{key}/ws",
                               origin=from_origin or origin(n), open_timeout=WAIT,
-                              close_timeout=WAIT)
+                              close_timeout=WAIT, max_size=None)
 
 
 async def recv(ws):
@@ -105,6 +105,25 @@ def test_edits_are_durable_before_the_ack_and_reach_the_other_tabs(notes):
 
     run(scenario())
     assert (n.text("live"), n.rev("live")) == ("still open", 4)
+    n.stop()
+
+
+def test_a_large_note_is_edited_and_passed_on(notes):
+    """An edit carries the whole text: one of 3 MiB (over ws's default 1 MiB message limit, under
+    POST /text's 8 MiB) is acknowledged and reaches the other tab."""
+    n = notes
+    big = "0123456789abcdef" * (3 * 1024 * 1024 // 16)
+
+    async def scenario():
+        async with connect(n, "big") as a, connect(n, "big") as b:
+            await recv(a), await recv(b)
+            await send(a, text=big, base=0)
+            assert await recv(a) == {"ack": 1}
+            m = await recv(b)
+            assert (m["rev"], len(m["text"]), m["text"] == big) == (1, len(big), True)
+
+    run(scenario())
+    assert n.stored("big") == (big, 1)
     n.stop()
 
 
