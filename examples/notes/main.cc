@@ -325,12 +325,16 @@ let base = Number(area.dataset.rev), baseText = area.value, sent = null;
 let ws = null, timer = 0, retryMs = 250;
 const say = (s) => { status.textContent = s; };
 
-// The one splice that turns a into b: [start, end in a, inserted text].
+// The one splice that turns a into b: [start, end in a, inserted text], never inside a
+// surrogate pair (a lone half would not survive the JSON to the worker).
+const high = (t, i) => i > 0 && i < t.length && (t.charCodeAt(i - 1) & 0xfc00) === 0xd800;
 function splice(a, b) {
   let s = 0;
   while (s < a.length && s < b.length && a[s] === b[s]) s++;
+  if (high(a, s) || high(b, s)) s--;
   let ea = a.length, eb = b.length;
   while (ea > s && eb > s && a[ea - 1] === b[eb - 1]) { ea--; eb--; }
+  if (high(a, ea) || high(b, eb)) { ea++; eb++; }
   return [s, ea, b.slice(s, eb)];
 }
 // Mine (old -> mine) applied on top of theirs (old -> theirs).
