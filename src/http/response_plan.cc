@@ -130,6 +130,33 @@ std::string ResponsePlan::take_bytes() {
   return std::string(bytes);
 }
 
+void ResponsePlan::release_file() {
+  file = ResolvedFile{};
+  file_used_ = false;
+}
+
+void ResponsePlan::reset() {
+  status = 200;
+  fields.clear();
+  framing_at = 0;
+  content_length.reset();
+  send_body = false;
+  close = false;
+  body = BodyKind::kNone;
+  bytes = {};
+  // A heap buffer is freed, not kept for the next response: a connection may stay idle for long.
+  if (owned_bytes.capacity() > std::string().capacity()) {
+    std::string().swap(owned_bytes);
+  } else {
+    owned_bytes.clear();
+  }
+  if (file_used_) release_file();
+  producer.reset();
+  deferred.reset();
+  upgrade.reset();
+  refused_header = {};
+}
+
 namespace {
 
 // The head every response but a 101 carries, around the route's fields: Server, Date, Alt-Svc,
@@ -255,6 +282,7 @@ void plan_response(Response& r, Request& req, const PlanContext& ctx, ResponsePl
     plan_described(err, req, ctx, plan.csp_, plan);
     return;
   }
+  plan.file_used_ = std::holds_alternative<FileSpec>(r.body);
   plan_described(r, req, ctx, plan.csp_, plan);
 }
 
