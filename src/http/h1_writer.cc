@@ -44,7 +44,9 @@ void move_bytes(char* to, const char* from) {
 
 constexpr size_t kMaxUint = 20;  // digits of a uint64_t
 
-char* put_uint(char* p, uint64_t v) { return std::to_chars(p, p + kMaxUint, v).ptr; }
+char* put_uint(char* p, uint64_t v) {
+  return std::to_chars(p, p + kMaxUint, v).ptr;
+}
 
 size_t fields_size(const Field* begin, const Field* end) {
   size_t n = 0;

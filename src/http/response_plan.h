@@ -158,15 +158,15 @@ class ResponsePlan {
 
  private:
   friend void plan_response(Response& r, Request& req, const PlanContext& ctx, ResponsePlan& plan);
-  bool file_used_ = false;  // `file` was resolved: reset() must clear it
+  bool file_used_ = false;                // `file` was resolved: reset() must clear it
   [[gnu::noinline]] void release_file();  // out of reset()'s common path
   // The default Content-Security-Policy of an HTML response, with the request's nonce.
   std::array<char, 256> csp_;  // not zeroed: only the bytes written are read
 };
 
-// Fills `plan` (a fresh one: constructed or reset()) from `r`: moves the body and its producers out of `r`, resolves a
-// file against `req` (which also gets its CSP nonce for an HTML response). `r`'s headers stay in
-// place: the plan's fields point at them.
+// Fills `plan` (a fresh one: constructed or reset()) from `r`: moves the body and its producers out
+// of `r`, resolves a file against `req` (which also gets its CSP nonce for an HTML response). `r`'s
+// headers stay in place: the plan's fields point at them.
 void plan_response(Response& r, Request& req, const PlanContext& ctx, ResponsePlan& plan);
 
 }  // namespace corral::http
