@@ -23,14 +23,14 @@
 // lowercases the fields into nghttp3 name/value pairs and reads the body through a data reader.
 // Neither walks the Response or judges a header: the rules live here once.
 //
-// Header rules (route_field_rule in the .cc): a name that is empty, or a name or value with CR,
-// LF or NUL, cannot be sent safely by any protocol: the whole response is refused and becomes a
-// 500 (`refused_header` names it for the log). A pseudo-header name (":x") is dropped. Framing is
-// the protocol's: a route's Transfer-Encoding and Content-Length are dropped (a HEAD response
-// without a body announces the route's Content-Length instead of 0: a proxy relaying HEAD). The
-// connection-specific fields Connection, Keep-Alive and Proxy-Connection are dropped, except
-// Connection in an HTTP/1.1 101 (the switch needs it); Upgrade is dropped over HTTP/3 (RFC 9114
-// §4.2 makes all of them malformed there) and kept over HTTP/1.1 (a 101 and a 426 carry it).
+// Header rules (field_refused and route_field_sent in the .cc): a name that is empty, or a name or
+// value with CR, LF or NUL, cannot be sent safely by any protocol: the whole response is refused
+// and becomes a 500 (`refused_header` names it for the log). A pseudo-header name (":x") is
+// dropped. Framing is the protocol's: a route's Transfer-Encoding and Content-Length are dropped (a
+// HEAD response without a body announces the route's Content-Length instead of 0: a proxy relaying
+// HEAD). The connection-specific fields Connection, Keep-Alive and Proxy-Connection are dropped,
+// except Connection in an HTTP/1.1 101 (the switch needs it); Upgrade is dropped over HTTP/3 (RFC
+// 9114 §4.2 makes all of them malformed there) and kept over HTTP/1.1 (a 101 and a 426 carry it).
 //
 // Cost: no allocation for a plain response (fields are views into the Response, the context and
 // the plan; up to kInlineFields of them live inside the plan). Lifetime: a plan borrows from the
