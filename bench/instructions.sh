@@ -4,7 +4,7 @@
 #   bench/instructions.sh [--cases a,c] [--duration S] [--runs N] [--baseline PATH]
 #
 # For comparing two builds on a busy machine, where req/s and CPU time move with whatever else
-# runs: the count does not (the same binary varies by ~0.2% from run to run). Each run starts
+# runs: the count does not (the same binary varies by ~0.3% from run to run). Each run starts
 # `corral serve` (the embedded site, one process) under valgrind's callgrind on CPU 0, loads it
 # with wrk on CPU 1 as bench/run.sh does for the case ((a) GET /hello keep-alive, (c) the same
 # 16-deep pipelined, bench/pipeline.lua), zeroes the counters after a 2 s warm-up, runs wrk for
