@@ -12,6 +12,8 @@
 #include <optional>
 #include <set>
 
+#include "workers/containment.h"
+
 namespace corral::cli {
 
 namespace {
@@ -201,6 +203,35 @@ void read_worker_env(const toml::table& t, const std::string& prefix, WorkerKind
   }
 }
 
+// --- Containment (issue 14): [workers.<name>] memory_max, pids_max, cpu_weight, log_max_size,
+// log_keep (docs/config.md "Containment"). A size is bytes (an integer) or a string with a unit,
+// "256M" (workers::parse_size).
+void read_worker_containment(Reader& r, const toml::table& t, const std::string& prefix,
+                             WorkerKind& k, ConfigErrors& errors) {
+  auto size = [&](const char* key, uint64_t& out, uint64_t min) {
+    auto* n = t.get(key);
+    if (!n) return;
+    core::Result<uint64_t> v = core::Error{EINVAL, "expected bytes or a size like \"256M\""};
+    if (auto i = n->value<int64_t>(); i && n->is_integer())
+      v = *i > 0 ? core::Result<uint64_t>(static_cast<uint64_t>(*i))
+                 : core::Error{EINVAL, "a size is at least 1 byte"};
+    else if (auto str = n->value<std::string>())
+      v = workers::parse_size(*str);
+    if (v && *v < min) v = core::Error{EINVAL, fmt::format("at least {} bytes", min)};
+    if (!v)
+      errors.problems.push_back(prefix + key + ": " + v.error().reason);
+    else
+      out = *v;
+  };
+  // Below a megabyte no worker runtime starts; a log file below 4 KiB would hold a line or two.
+  size("memory_max", k.memory_max, 1024 * 1024);
+  r.integer(t, prefix, "pids_max", k.pids_max, 1, 4'194'304);
+  r.integer(t, prefix, "cpu_weight", k.cpu_weight, 1, 10'000);
+  size("log_max_size", k.log_max_size, 4096);
+  r.integer(t, prefix, "log_keep", k.log_keep, 0, 100);
+}
+// --- end of Containment ---
+
 // One [workers.<name>] table, appended to c.workers.
 void read_worker_kind(Reader& r, std::string_view name, const toml::table& t,
                       const std::string& prefix, Config& c, ConfigErrors& errors) {
@@ -214,7 +245,8 @@ void read_worker_kind(Reader& r, std::string_view name, const toml::table& t,
                               ": a kind name is letters, digits, '-' and '_'");
   r.check_unknown(
       t, prefix,
-      {"command", "env", "routes", "idle", "start_timeout", "stop_grace", "max_workers"});
+      {"command", "env", "routes", "idle", "start_timeout", "stop_grace", "max_workers",
+       /* Containment: */ "memory_max", "pids_max", "cpu_weight", "log_max_size", "log_keep"});
   auto strings = [&](const char* key, std::vector<std::string>& out) {
     auto* n = t.get(key);
     if (!n) return;
@@ -248,6 +280,7 @@ void read_worker_kind(Reader& r, std::string_view name, const toml::table& t,
   duration("start_timeout", k.start_timeout_ms);
   duration("stop_grace", k.stop_grace_ms);
   r.integer(t, prefix, "max_workers", k.max_workers, 1, 1'000'000);
+  read_worker_containment(r, t, prefix, k, errors);
   c.workers.push_back(std::move(k));
 }
 
