@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+
+#include <fmt/format.h>
 
 #include "core/escape.h"
 
@@ -124,7 +127,39 @@ bool has_controllers(std::string_view subtree_control, bool cpu) {
          (!cpu || has_word(subtree_control, "cpu"));
 }
 
+// The parent of `pid` (/proc/PID/stat), 0 when it is gone.
+pid_t parent_pid(pid_t pid) {
+  auto stat = read_text("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return 0;
+  size_t paren = stat->rfind(')');  // comm may hold spaces and ')'
+  if (paren == std::string::npos) return 0;
+  char state = 0;
+  int ppid = 0;
+  if (sscanf(stat->c_str() + paren + 1, " %c %d", &state, &ppid) != 2) return 0;
+  return ppid;
+}
+
 }  // namespace
+
+std::vector<pid_t> own_processes(std::string_view procs, pid_t self,
+                                 const std::function<pid_t(pid_t)>& parent_of,
+                                 std::vector<pid_t>* foreign) {
+  std::vector<pid_t> ours;
+  for (size_t pos = 0; pos < procs.size();) {
+    size_t end = procs.find('\n', pos);
+    if (end == std::string_view::npos) end = procs.size();
+    std::string line(procs.substr(pos, end - pos));
+    pos = end + 1;
+    if (line.empty()) continue;
+    pid_t pid = static_cast<pid_t>(std::strtol(line.c_str(), nullptr, 10));
+    if (pid <= 0) continue;
+    if (pid == self || parent_of(pid) == self)
+      ours.push_back(pid);
+    else if (foreign)
+      foreign->push_back(pid);
+  }
+  return ours;
+}
 
 core::Result<uint64_t> parse_size(std::string_view text) {
   size_t digits = 0;
@@ -263,18 +298,29 @@ core::Result<void> Containment::set_up_cgroup(const Options& options) {
     auto r = write_control(group + "/cgroup.subtree_control", want, false);
     if (!r && r.error().code == EBUSY) {
       // The group holds processes: cgroup v2 enables controllers for children only in a group
-      // without processes of its own. Move the supervisor into a leaf of its own and try again.
-      std::string self = group + "/" + kSupervisorGroup;
-      if (::mkdir(self.c_str(), 0755) < 0 && errno != EEXIST) return core::errno_error("mkdir");
-      std::string pid = std::to_string(getpid());
-      if (auto m = write_control(self + "/cgroup.procs", pid, false); !m) return m.error();
+      // without processes of its own. When they are all corral's (the supervisor and its server
+      // processes), they move to a leaf of their own and the write is tried again.
+      auto procs = read_text(group + "/cgroup.procs");
+      if (!procs) return core::errno_error("cgroup.procs");
+      std::vector<pid_t> foreign;
+      auto ours = own_processes(*procs, getpid(), parent_pid, &foreign);
+      if (!foreign.empty())
+        return core::Error{EBUSY, fmt::format("the group {} holds processes that are not corral's "
+                                              "(pid {}), so its children cannot have controllers",
+                                              group, foreign.front())};
+      std::string leaf = group + "/" + kSupervisorGroup;
+      if (::mkdir(leaf.c_str(), 0755) < 0 && errno != EEXIST) return core::errno_error("mkdir");
+      auto move_all = [&](const std::string& to) {
+        for (pid_t p : ours) (void)write_control(to + "/cgroup.procs", std::to_string(p), false);
+      };
+      move_all(leaf);
       r = write_control(group + "/cgroup.subtree_control", want, false);
       if (!r) {
-        (void)write_control(group + "/cgroup.procs", pid, false);  // back where it was
-        ::rmdir(self.c_str());
-        return core::Error{EBUSY, "the group " + group +
-                                      " holds other processes, so its children cannot have "
-                                      "controllers"};
+        move_all(group);  // back where they were
+        ::rmdir(leaf.c_str());
+        return core::Error{r.error().code, "the group " + group +
+                                               " refused controllers for its children (" +
+                                               r.error().reason + ")"};
       }
     }
     if (!r) return r.error();

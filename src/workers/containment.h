@@ -13,8 +13,10 @@
 //    forks are inside before the worker's first instruction. The only writes outside corral's own
 //    groups are the delegated group's cgroup.subtree_control (+memory +pids, +cpu when offered)
 //    and, when that is refused because the group holds processes (cgroup v2's rule: controllers
-//    for children only in a group without processes of its own), moving the supervisor itself
-//    into <group>/corral-supervisor first (and back if that does not help). A cgroup v1 hierarchy
+//    for children only in a group without processes of its own) and all of them are corral's
+//    (the supervisor and its server processes), moving those into <group>/corral-supervisor
+//    first (and back if that does not help; a group with any other process is left as it is,
+//    and the rlimits apply). A cgroup v1 hierarchy
 //    is never touched, nor a group corral did not create. After the worker's exit its group is
 //    emptied (cgroup.kill) and removed; memory.events' oom_kill, compared with its value at the
 //    start, tells a death by the memory limit.
@@ -67,6 +69,12 @@ core::Result<uint64_t> parse_size(std::string_view text);
 // says why there is none (cgroup v1 only, no cgroup2 mount, the group outside the mount).
 core::Result<std::string> cgroup2_group_dir(std::string_view proc_cgroup,
                                             std::string_view mountinfo);
+
+// The pids of a group's cgroup.procs text that are corral's: `self` (the supervisor) and its
+// children (by `parent_of`, its server processes); the others go to `foreign`.
+std::vector<pid_t> own_processes(std::string_view procs, pid_t self,
+                                 const std::function<pid_t(pid_t)>& parent_of,
+                                 std::vector<pid_t>* foreign);
 
 // What containment says of a worker after its exit.
 struct ExitCause {

@@ -119,6 +119,19 @@ TEST(EndedByMemoryLimit, TheGroupsOomKillOrTheWorkersOwnReport) {
   EXPECT_EQ(memory_limit_error()["code"], "memory_limit");
 }
 
+// A delegated group holding the supervisor and its server processes (started before the manager)
+// can only enable controllers for children once they move to a leaf: only corral's own move.
+TEST(OwnProcesses, TheSupervisorAndItsChildrenAreOursTheRestForeign) {
+  auto parent_of = [](pid_t p) -> pid_t { return p == 11 || p == 12 ? 10 : p == 13 ? 11 : 1; };
+  std::vector<pid_t> foreign;
+  EXPECT_EQ(own_processes("10\n11\n12\n", 10, parent_of, &foreign),
+            (std::vector<pid_t>{10, 11, 12}));
+  EXPECT_TRUE(foreign.empty());
+  // 13 is a grandchild (a worker would be in its own group, not here), 99 someone else's.
+  EXPECT_EQ(own_processes("10\n13\n99\n", 10, parent_of, &foreign), (std::vector<pid_t>{10}));
+  EXPECT_EQ(foreign, (std::vector<pid_t>{13, 99}));
+}
+
 class ContainmentTest : public ::testing::Test {
  protected:
   void SetUp() override {
