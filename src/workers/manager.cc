@@ -344,6 +344,8 @@ void Manager::on_message(Worker& w, const nlohmann::json& msg) {
   } else if (type == "fatal") {
     auto it = msg.find("error");
     nlohmann::json pub = sanitize_error(it == msg.end() ? nlohmann::json() : *it);
+    // Containment (containment.h): an allocation failed under the kind's memory limit.
+    if (ended_by_memory_limit({}, pub, slot.kind->config.limits)) pub = memory_limit_error();
     if (w.stopping) {
       // An error while it stops (a closer failing) is no failure of the address: it was asked to
       // go.
@@ -470,11 +472,9 @@ void Manager::on_exit(Worker& w) {
     --awaiting_exit_;
   }
   remove_socket(slot);
-  // Containment: a worker its memory limit ended fails with that reason (containment.h); a
-  // `fatal` made the exit an asked one (the failure's stop), its failure is still the limit's.
-  bool by_memory = (!asked || !failure.empty()) &&
-                   ended_by_memory_limit(cause, slot.failed, slot.kind->config.limits);
-  if (by_memory && !failure.empty()) slot.failed = memory_limit_error();
+  // Containment: a worker its memory limit killed (its cgroup's OOM kill) fails with that reason
+  // (containment.h; under rlimits the worker's own `fatal` says so, on_message).
+  bool by_memory = !asked && ended_by_memory_limit(cause, nullptr, slot.kind->config.limits);
   if (!failure.empty()) {
     log_.error("worker_failed",
                "address=\"{}\" error=\"{}\" exit=\"{}\" public={} stderr_tail=\"{}\"", slot.address,
