@@ -7,6 +7,8 @@ after doing what CONTAINED_MODE (its kind's `env`) says. Standard library only.
          rlimits the kind's memory_max is RLIMIT_AS), prints how far it got to stderr, reports
          `fatal` with code "memory_limit" (what a worker library does when an allocation fails,
          docs/process-model.md "Containment") and exits 1.
+  Either way it exits at once on `shutdown` (or the control link's end).
+
   flood: after `ready`, writes CONTAINED_FLOOD_MB MiB of 1000-byte lines to stdout as fast as the
          pipe takes them, then one CONTAINED_LONG_KB KiB line with no newline, then "flood done\n";
          it serves meanwhile.
@@ -62,6 +64,17 @@ def flood():
     out.flush()
 
 
+def follow_control():
+    # `shutdown`, or the link's end: there is nothing to close, go at once.
+    while True:
+        try:
+            data = control.recv(65536)
+        except OSError:
+            data = b""
+        if not data or json.loads(data).get("type") == "shutdown":
+            os._exit(0)
+
+
 def main():
     msg = json.loads(control.recv(65536))
     assert msg["type"] == "start", msg
@@ -69,6 +82,7 @@ def main():
     fcntl.flock(lock, fcntl.LOCK_EX)
     send({"type": "started"})
     send({"type": "ready", "idle": True})
+    threading.Thread(target=follow_control, daemon=True).start()
     if mode == "flood":
         threading.Thread(target=flood, daemon=True).start()
     while True:
