@@ -14,7 +14,7 @@ import glob
 import http.client
 import json
 import os
-import sys
+import re
 
 import pytest
 
@@ -70,7 +70,13 @@ def state(srv):
     return json.loads(body)
 
 
+def containment_mode(srv):
+    return srv.wait_log(r"workers_containment mode=(\w+)").group(1)
+
+
 def test_rlimit_fallback_is_one_warning_naming_the_limits(corral):
+    if containment_mode(corral) == "cgroup":
+        pytest.skip("this machine delegates a cgroup v2 group: no fallback to see")
     log = corral.wait_log(r"warn workers_containment mode=rlimits")
     text = corral.log()
     assert text.count("workers_containment") == 1, text
@@ -94,10 +100,13 @@ def test_memory_limited_worker_fails_with_its_reason(corral):
     workers = ctl_json(corral.state_dir, "workers")
     assert workers["hog:1"]["status"] == "failed"
     assert workers["hog:1"]["error"]["reason"] == "memory limit"
-    # It was the rlimit: the worker got well past Python's own size, then an allocation failed
-    # below the 64 MiB limit.
-    m = corral.wait_log(r"MemoryError after (\d+) MiB")
-    assert 16 <= int(m.group(1)) < 64, m.group(0)
+    if containment_mode(corral) == "rlimits":
+        # It was the rlimit: the worker got well past Python's own size, then an allocation
+        # failed below the 64 MiB limit. (In a cgroup the kernel's OOM kill ends it instead.)
+        logs = os.path.join(corral.state_dir, "logs", "hog.log")
+        m = poll(lambda: re.search(r"MemoryError after (\d+) MiB", open(logs).read()), 5,
+                 "the worker's MemoryError line in hog.log")
+        assert 16 <= int(m.group(1)) < 64, m.group(0)
     # Failed stays failed: the next request is a 503 with the same reason, and nothing forks.
     starts = corral.log().count("worker_starting ")
     status, body = get(corral, "/hog/1/")
