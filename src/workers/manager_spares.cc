@@ -140,6 +140,8 @@ bool Manager::spare_launch(Kind& kind) {
   // No address: the launcher leaves CORRAL_ADDRESS out, and `start` will name it.
   LaunchSpec spec{cfg.command,        cfg.env,         std::string(),
                   options_.state_dir, listener->get(), cfg.in_process};
+  spec.spare = s->address;
+  spec.limits = cfg.limits;  // containment: the kind's, from the launch on
   auto launched = launcher_->launch(spec);
   if (!launched) {
     ::unlink(s->socket_path.c_str());
@@ -255,6 +257,7 @@ void Manager::spare_on_exit(Worker& w) {
              WEXITED | WNOHANG) < 0 ||
       info.si_pid == 0)
     return;
+  (void)launcher_->reaped(w.pid);  // its containment group goes (containment.h)
   loop_.remove(w.pidfd.get());
   if (w.control) loop_.remove(w.control.get());
   w.out.drain();
