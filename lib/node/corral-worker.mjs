@@ -6,7 +6,10 @@
 //   workerMain(async (runtime) => (req, res) => res.end("hi\n"), { redact });
 //
 // What workerMain does, in order:
-//   1. opens CORRAL_CONTROL_FD (3) and CORRAL_LISTEN_FD (4); watches the parent (below);
+//   1. opens CORRAL_CONTROL_FD (3) and CORRAL_LISTEN_FD (4); watches the parent (below); awaits
+//      the application's prepare hook (options.prepare(runtime): what does not depend on the
+//      address; a throw is a `fatal`) and, as a warm spare (no CORRAL_ADDRESS: launched before
+//      any request, docs/worker-protocol.md "Warm spares"), sends `standby`;
 //   2. waits for `start`, takes the address's lock (blocking, without blocking the event loop, so
 //      `shutdown`, SIGTERM and a lost link are still seen meanwhile), then sends `started`;
 //   3. awaits setup(runtime), which returns the request listener `(req, res)` or
@@ -270,6 +273,9 @@ const kOpen = Symbol("corral.open"); // the in-flight records of a connection's 
 export class WorkerRuntime {
   constructor(options = {}) {
     this.redact = options.redact || defaultRedact;
+    // prepare(runtime) (may return a promise): runs before `start` is handled, with no address
+    // yet (a spare has none); `start` waits for it.
+    this.prepare = options.prepare || null;
     this.forceExitMs = options.forceExitMs ?? FORCE_EXIT_MS;
     this.watchdog = options.watchdog ?? true;
     this.controlFd = Number(process.env.CORRAL_CONTROL_FD);
@@ -360,6 +366,21 @@ export class WorkerRuntime {
     setInterval(() => {
       if (process.ppid !== parent) this.stop(EXIT_OK, "parent_died");
     }, 1000).unref();
+    this._prepared = this._prepare();
+  }
+
+  // The application's prepare hook, then `standby` for a spare (no address). A `start` that
+  // arrives meanwhile waits for it (_onControl).
+  async _prepare() {
+    if (this.prepare) {
+      try {
+        await this.prepare(this);
+      } catch (e) {
+        this.fatal(e);
+        return;
+      }
+    }
+    if (!this._stopping && !this.address) this._send({ type: "standby" });
   }
 
   _uncaught(e) {
@@ -383,7 +404,7 @@ export class WorkerRuntime {
       case "shutdown":
         return this.stop(EXIT_OK, "shutdown");
       case "start":
-        return this._onStart(msg);
+        return void this._prepared.then(() => this._onStart(msg));
       case "reload":
         return this._onReload(msg);
       default:
@@ -755,6 +776,7 @@ function printError(err) {
 /**
  * Runs the worker: setup(runtime) returns (or resolves to) the request listener `(req, res)` or
  * `{ request, upgrade }`; options: `redact(err) -> PublicError | {message, code?, reason?}`,
+ * `prepare(runtime)` (before `start`, without an address: a warm spare's own setup),
  * `forceExitMs` (3000), `watchdog` (true: a process that kills a stop stuck past forceExitMs).
  * Returns the runtime; the process exits when the worker stops.
  */

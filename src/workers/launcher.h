@@ -45,14 +45,14 @@ struct LaunchSpec {
   std::vector<std::string> command;  // argv; command[0] is looked up on PATH
   std::map<std::string, std::string> env;
   std::string address;  // its wire form (core::wire_encode): CORRAL_ADDRESS; empty: a spare
-  // A warm spare's name ("spare/<kind>/<n>", never an address's): its containment group's name
-  // while `address` is empty (it keeps that group once bound).
-  std::string spare;
   std::string state_dir;
   int listen_fd = -1;  // becomes fd 4 in the child; the caller keeps (and closes) its copy
   // Set: run this in the forked child instead of exec'ing `command` (which may then be empty).
   std::function<int()> in_process;
   Limits limits;  // the kind's (containment.h)
+  // A warm spare's name ("spare/<kind>/<n>", never an address's): its containment group's name
+  // while `address` is empty (it keeps that group once bound).
+  std::string spare;
 };
 
 struct Launched {

@@ -2,7 +2,7 @@
 N worker processes launched without an address, past their own setup (`standby`), and the first
 request to a new address binds one instead of forking.
 
-What is checked, on the real binary with the C++ and the Python example workers:
+What is checked, on the real binary with the C++, the Python and the Node.js example workers:
   * two spares are listed by `corral ctl workers` (keys spare/counter/<n>, status standby) before
     any request, as live children of the supervisor running the worker's program;
   * the first request to a new address is answered by one of them (its pid, known before the
@@ -16,6 +16,7 @@ What is checked, on the real binary with the C++ and the Python example workers:
 import concurrent.futures
 import json
 import os
+import shutil
 import signal
 
 import pytest
@@ -25,10 +26,12 @@ from corral_test_util import alive, poll, wait_control_socket
 from test_workers import CPP_WORKER, WORKERS, Corral, toml_str
 
 
-@pytest.fixture(params=["py", "cpp"])
+@pytest.fixture(params=["py", "cpp", "node"])
 def spared(request, server_factory, tmp_path):
     if request.param == "cpp" and not os.access(CPP_WORKER, os.X_OK):
         pytest.skip(f"{CPP_WORKER} is not built")
+    if request.param == "node" and not shutil.which(WORKERS["node"][0][0]):
+        pytest.skip("no node")
     argv, marker = WORKERS[request.param]
     state = tmp_path / "state"
     config = "\n".join([
