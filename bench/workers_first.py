@@ -53,7 +53,7 @@ def standby_spares(state_dir):
     try:
         s.settimeout(10)
         s.connect(f"{state_dir}/control.sock")
-        s.sendall(b"GET /workers HTTP/1.1\r\nHost: corral\r\nConnection: close\r\n\r\n")
+        s.sendall(b"GET /workers HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         data = b""
         while True:
             b = s.recv(65536)

@@ -379,8 +379,8 @@ class Manager {
   uint64_t progress_ms_ = 0;          // the last `ready` of a start, or exit
   bool pumping_ = false, pump_again_ = false;
   bool closing_ = false;
-  bool spares_scheduled_ = false;
-  uint64_t next_spare_ = 0;  // numbers spares' sockets and entries
+  core::Timer spares_timer_;  // a fill, soon (spares_schedule)
+  uint64_t next_spare_ = 0;   // numbers spares' sockets and entries
   std::function<void()> close_done_;
   core::Timer idle_check_;
 };

@@ -137,6 +137,7 @@ core::Result<std::unique_ptr<Manager>> Manager::create(core::EventLoop& loop, co
   m->kinds_ = std::move(kinds);
   m->router_ = std::make_unique<http::Router>(std::move(router.value()));
   Manager* mp = m.get();
+  m->spares_timer_.bind(loop.timers(), [mp] { mp->spares_fill(); });
   for (auto& kind : m->kinds_)
     kind->spare_timer.bind(loop.timers(), [mp] { mp->spares_schedule(); });
   m->spares_schedule();  // the kinds' warm spares, once the loop runs

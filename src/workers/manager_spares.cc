@@ -64,16 +64,13 @@ nlohmann::json Manager::spares_state() const {
 }
 
 void Manager::spares_schedule() {
-  if (spares_scheduled_ || closing_) return;
+  if (spares_timer_.armed() || closing_) return;
   bool any = false;
   for (const auto& kind : kinds_) any = any || kind->config.spares > 0;
-  if (!any) return;
-  spares_scheduled_ = true;
-  // After this round: a fill forks, and what called this (a start, an exit) is done first.
-  loop_.defer([this] {
-    spares_scheduled_ = false;
-    spares_fill();
-  });
+  // At the next loop round: a fill forks, and what called this (a start, an exit, the answers to
+  // a `ready`, deferred to the end of this round) is done first. A timer, not a deferred call:
+  // the manager may be gone by then (its timers go with it).
+  if (any) spares_timer_.arm_after(0);
 }
 
 // Launches the spares that are missing, while nothing else wants the places: no start is queued,
