@@ -2,7 +2,7 @@
 
 #include "http/text.h"
 
-#include <gnutls/crypto.h>
+#include <nettle/sha1.h>
 
 #include <cstring>
 
@@ -51,8 +51,11 @@ std::string lower(std::string_view s) {
 std::string accept_key(std::string_view key) {
   std::string input(key);
   input += kGuid;
-  unsigned char digest[20];
-  gnutls_hash_fast(GNUTLS_DIG_SHA1, input.data(), input.size(), digest);
+  uint8_t digest[SHA1_DIGEST_SIZE];
+  sha1_ctx ctx;
+  sha1_init(&ctx);
+  sha1_update(&ctx, input.size(), reinterpret_cast<const uint8_t*>(input.data()));
+  sha1_digest(&ctx, sizeof digest, digest);
   char out[28];
   return std::string(out, http::base64_encode(digest, sizeof digest, out));
 }
