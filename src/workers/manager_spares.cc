@@ -296,7 +296,9 @@ void Manager::spare_on_exit(Worker& w) {
     loop_.destroy_later(std::move(owned->worker));  // events of this round may still name it
   }
   if (closing_ && workers_live_ == 0) finish_close();
-  progress_ms_ = loop_.now();
+  // A stopped spare's exit is progress for the start that waited for its room; a crash-looping
+  // spare's is not (it must not hold off the start_limit of starts that do not move).
+  if (asked) progress_ms_ = loop_.now();
   pump();  // a worker slot is free
 }
 
