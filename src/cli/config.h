@@ -33,6 +33,11 @@ struct WorkerKind {
   std::string code;
   std::string reload = "auto";
   uint32_t reload_timeout_ms = 30'000;
+  // A hanging worker (issue 14): how long the proxy waits for a response's head (then 504), and
+  // the control link's heartbeat (a ping every heartbeat_ms; no pong within twice that: handled
+  // as a lost link; 0: no pings).
+  uint32_t response_timeout_ms = 60'000;
+  uint32_t heartbeat_ms = 10'000;
 };
 
 // [workers] max_workers, max_starting: the bounds of every kind together (0: the machine's

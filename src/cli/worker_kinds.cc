@@ -19,6 +19,8 @@ std::vector<workers::KindConfig> kind_configs(const std::vector<WorkerKind>& kin
                : k.reload == "restart" ? workers::KindConfig::Reload::restart
                                        : workers::KindConfig::Reload::automatic;
     c.reload_timeout_ms = k.reload_timeout_ms;
+    c.response_timeout_ms = k.response_timeout_ms;
+    c.heartbeat_ms = k.heartbeat_ms;
     out.push_back(std::move(c));
   }
   return out;
