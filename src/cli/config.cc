@@ -12,6 +12,8 @@
 #include <optional>
 #include <set>
 
+#include "workers/containment.h"
+
 namespace corral::cli {
 
 namespace {
@@ -242,6 +244,35 @@ void read_worker_code(const toml::table& t, const std::string& prefix, const std
   }
 }
 
+// --- Containment (issue 14): [workers.<name>] memory_max, pids_max, cpu_weight, log_max_size,
+// log_keep (docs/config.md "Containment"). A size is bytes (an integer) or a string with a unit,
+// "256M" (workers::parse_size).
+void read_worker_containment(Reader& r, const toml::table& t, const std::string& prefix,
+                             WorkerKind& k, ConfigErrors& errors) {
+  auto size = [&](const char* key, uint64_t& out, uint64_t min) {
+    auto* n = t.get(key);
+    if (!n) return;
+    core::Result<uint64_t> v = core::Error{EINVAL, "expected bytes or a size like \"256M\""};
+    if (auto i = n->value<int64_t>(); i && n->is_integer())
+      v = *i > 0 ? core::Result<uint64_t>(static_cast<uint64_t>(*i))
+                 : core::Error{EINVAL, "a size is at least 1 byte"};
+    else if (auto str = n->value<std::string>())
+      v = workers::parse_size(*str);
+    if (v && *v < min) v = core::Error{EINVAL, fmt::format("at least {} bytes", min)};
+    if (!v)
+      errors.problems.push_back(prefix + key + ": " + v.error().reason);
+    else
+      out = *v;
+  };
+  // Below a megabyte no worker runtime starts; a log file below 4 KiB would hold a line or two.
+  size("memory_max", k.memory_max, 1024 * 1024);
+  r.integer(t, prefix, "pids_max", k.pids_max, 1, 4'194'304);
+  r.integer(t, prefix, "cpu_weight", k.cpu_weight, 1, 10'000);
+  size("log_max_size", k.log_max_size, 4096);
+  r.integer(t, prefix, "log_keep", k.log_keep, 0, 100);
+}
+// --- end of Containment ---
+
 // One [workers.<name>] table, appended to c.workers. `base_dir`: the configuration file's
 // directory (absolute), what `code` is relative to.
 void read_worker_kind(Reader& r, std::string_view name, const toml::table& t,
@@ -255,9 +286,11 @@ void read_worker_kind(Reader& r, std::string_view name, const toml::table& t,
   if (!name_ok)
     errors.problems.push_back(prefix.substr(0, prefix.size() - 1) +
                               ": a kind name is letters, digits, '-' and '_'");
-  r.check_unknown(t, prefix,
-                  {"command", "env", "routes", "idle", "start_timeout", "stop_grace", "max_workers",
-                   "code", "reload", "reload_timeout", "response_timeout", "heartbeat"});
+  r.check_unknown(
+      t, prefix,
+      {"command", "env", "routes", "idle", "start_timeout", "stop_grace", "max_workers", "code",
+       "reload", "reload_timeout", "response_timeout", "heartbeat",
+       /* Containment: */ "memory_max", "pids_max", "cpu_weight", "log_max_size", "log_keep"});
   auto strings = [&](const char* key, std::vector<std::string>& out) {
     auto* n = t.get(key);
     if (!n) return;
@@ -309,6 +342,7 @@ void read_worker_kind(Reader& r, std::string_view name, const toml::table& t,
       k.response_timeout_ms = ms;
   }
   duration("heartbeat", k.heartbeat_ms);
+  read_worker_containment(r, t, prefix, k, errors);
   c.workers.push_back(std::move(k));
 }
 

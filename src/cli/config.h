@@ -38,6 +38,16 @@ struct WorkerKind {
   // as a lost link; 0: no pings).
   uint32_t response_timeout_ms = 60'000;
   uint32_t heartbeat_ms = 10'000;
+
+  // --- Containment (issue 14; docs/config.md "Containment", workers/containment.h) ---
+  // memory_max, pids_max, cpu_weight: each worker's limits (0: not limited); log_max_size,
+  // log_keep: the rotation of <state>/logs/<name>.log.
+  uint64_t memory_max = 0;
+  uint64_t pids_max = 0;
+  uint32_t cpu_weight = 0;
+  uint64_t log_max_size = 10 * 1024 * 1024;
+  uint32_t log_keep = 3;
+  // --- end of Containment ---
 };
 
 // [workers] max_workers, max_starting: the bounds of every kind together (0: the machine's

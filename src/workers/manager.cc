@@ -230,6 +230,7 @@ void Manager::start(Slot& slot) {
   slot.socket_inode = ::stat(slot.socket_path.c_str(), &st) == 0 ? st.st_ino : 0;
   LaunchSpec spec{cfg.command,        cfg.env,         core::wire_encode(slot.address),
                   options_.state_dir, listener->get(), cfg.in_process};
+  spec.limits = cfg.limits;
   auto launched = launcher_->launch(spec);
   if (!launched) {
     ::unlink(slot.socket_path.c_str());
@@ -355,6 +356,8 @@ void Manager::on_message(Worker& w, const nlohmann::json& msg) {
   } else if (type == "fatal") {
     auto it = msg.find("error");
     nlohmann::json pub = sanitize_error(it == msg.end() ? nlohmann::json() : *it);
+    // Containment (containment.h): an allocation failed under the kind's memory limit.
+    if (ended_by_memory_limit({}, pub, slot.kind->config.limits)) pub = memory_limit_error();
     if (w.stopping) {
       // An error while it stops (a closer failing) is no failure of the address: it was asked to
       // go.
@@ -461,6 +464,7 @@ void Manager::on_exit(Worker& w) {
       info.si_pid == 0)
     return;
   std::string how = exit_text(info);
+  ExitCause cause = launcher_->reaped(w.pid);  // its group is removed (containment.h)
   loop_.remove(w.pidfd.get());
   if (w.control) loop_.remove(w.control.get());
   w.out.drain();
@@ -484,12 +488,17 @@ void Manager::on_exit(Worker& w) {
     --awaiting_exit_;
   }
   remove_socket(slot);
+  // Containment: a worker its memory limit killed (its cgroup's OOM kill) fails with that reason
+  // (containment.h; under rlimits the worker's own `fatal` says so, on_message).
+  bool by_memory = !asked && ended_by_memory_limit(cause, nullptr, slot.kind->config.limits);
   if (!failure.empty()) {
     log_.error("worker_failed",
                "address=\"{}\" error=\"{}\" exit=\"{}\" public={} stderr_tail=\"{}\"", slot.address,
                failure, how, log_json(slot.failed), slot.tail);
   } else if (!asked) {
-    fail(slot, public_error("The worker exited unexpectedly.", "worker_exited"),
+    fail(slot,
+         by_memory ? memory_limit_error()
+                   : public_error("The worker exited unexpectedly.", "worker_exited"),
          (w.started ? "exited: " : "exited before `started`: ") + how);
   }
   // A rollout's replacement starts at once, waited for or not.
@@ -554,21 +563,10 @@ void Manager::on_output(Worker& w, bool is_err, std::string_view data, bool eof)
     r.partial.clear();
   }
   if (lines.empty()) return;
-  int fd = log_fd(*slot.kind);
-  if (fd >= 0) {
-    [[maybe_unused]] ssize_t n = ::write(fd, lines.data(), lines.size());
-  }
-}
-
-int Manager::log_fd(const Kind& kind) {
-  auto it = log_fds_.find(kind.config.name);
-  if (it != log_fds_.end()) return it->second.get();
-  std::string path = options_.state_dir + "/logs/" + kind.config.name + ".log";
-  core::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
-  if (!fd) log_.error("worker_log_failed", "path=\"{}\" error=\"{}\"", path, strerror(errno));
-  int raw = fd.get();
-  if (fd) log_fds_.emplace(kind.config.name, std::move(fd));
-  return raw;
+  const KindConfig& cfg = slot.kind->config;
+  KindLog& file = kind_logs_.of(cfg.name, options_.state_dir + "/logs", cfg.log_rotation);
+  if (auto r = file.write(lines); !r)
+    log_.error("worker_log_failed", "path=\"{}\" error=\"{}\"", file.path(), r.error().reason);
 }
 
 // A connection in the worker's accept queue: a request handed to it that it has not taken yet

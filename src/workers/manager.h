@@ -62,7 +62,8 @@
 // environment variable a worker gets (docs/worker-protocol.md).
 //
 // Output: stdout/stderr lines are appended to <state>/logs/<kind>.log as "<address> <line>" (the
-// address in its wire form with spaces as %20, the line log-escaped), and
+// address in its wire form with spaces as %20, the line log-escaped; the file rotates by size,
+// workers/kind_log.h), and
 // the last 64 KiB of stderr are kept per address (while the address has an entry).
 //
 // Lifetime: one Manager per supervisor, destroyed before its loop; its destructor SIGKILLs and
@@ -88,6 +89,7 @@
 #include "core/log.h"
 #include "core/result.h"
 #include "workers/code_set.h"
+#include "workers/kind_log.h"
 #include "workers/launcher.h"
 
 namespace corral::http {
@@ -136,6 +138,12 @@ struct KindConfig {
   // ready worker whose `ready` said `ping: true`; no `pong` within 2 x heartbeat_ms of a ping is
   // an unresponsive worker, handled as a lost link. 0: never pinged.
   uint32_t heartbeat_ms = 10'000;
+
+  // Containment (issue 14; workers/containment.h, kind_log.h, docs/process-model.md): each of
+  // the kind's workers runs under `limits` (memory_max, pids_max, cpu_weight), and its log file,
+  // <state>/logs/<name>.log, rotates past `log_rotation.max_size`, keeping `log_rotation.keep`.
+  Limits limits;
+  LogRotation log_rotation;
 };
 
 struct ManagerOptions {
@@ -309,7 +317,6 @@ class Manager {
   void remove_socket(Slot& slot);
   void emit(const std::string& address, const nlohmann::json& entry);
   void finish_close();
-  int log_fd(const Kind& kind);
   // The rollout step's hooks in the lifecycle (manager_rollout.cc).
   RolloutEntry* rollout_entry(const Slot& slot) const;
   void rollout_on_ready(Worker& w);
@@ -343,7 +350,7 @@ class Manager {
   std::vector<std::unique_ptr<Kind>> kinds_;
   std::unique_ptr<http::Router> router_;  // every kind's routes (manager_config.cc)
   std::map<std::string, std::unique_ptr<Slot>, std::less<>> slots_;
-  std::map<std::string, core::UniqueFd, std::less<>> log_fds_;
+  KindLogs kind_logs_;                                       // the kinds' log files (kind_log.h)
   std::map<std::string, uint64_t, std::less<>> recoveries_;  // address -> last lost-link recovery
   std::map<uint64_t, ChangeCallback> watchers_;
   uint64_t next_watch_ = 1;

@@ -34,13 +34,15 @@ CPP_WORKER = os.environ.get(
     "CORRAL_EXAMPLE_WORKER", os.path.join(ROOT, "build/debug/examples/worker_cpp/example_worker"))
 PY_WORKER = os.path.join(ROOT, "examples/worker_python/worker.py")
 PYTHON = os.environ.get("CORRAL_PYTHON", "/usr/bin/python3")
+NODE_WORKER = os.path.join(ROOT, "examples/worker_node/worker.mjs")
+NODE = os.environ.get("CORRAL_NODE", "node")
 
 TIMEOUT = 10.0  # any single expected event; a passing run takes far less
 
 # The libraries whose reload hook runs while HTTP requests are served (Python: requests on their
 # threads). The C++ hook runs on the worker's loop between events: requests in flight continue
 # around it, but one that arrives while it runs is read after it returns.
-SERVES_DURING_RELOAD = {"python"}
+SERVES_DURING_RELOAD = {"python", "node"}
 
 
 def worker_command(kind):
@@ -50,6 +52,8 @@ def worker_command(kind):
                 pytest.fail(f"CORRAL_EXAMPLE_WORKER={CPP_WORKER} does not exist")
             pytest.skip(f"{CPP_WORKER} is not built")
         return [CPP_WORKER]
+    if kind == "node":
+        return [NODE, NODE_WORKER]
     return [PYTHON, PY_WORKER]
 
 
@@ -254,7 +258,7 @@ class FakeManager:
             self.log.close()
 
 
-@pytest.fixture(params=["cpp", "python"])
+@pytest.fixture(params=["cpp", "python", "node"])
 def kind(request):
     return request.param
 
