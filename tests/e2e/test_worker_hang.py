@@ -11,6 +11,7 @@
   * why alive: GET /workers (and `corral ctl workers`) shows a running worker's `holds` while a
     long request is in flight (requests >= 1, idle_stop_at null), and idle_since / idle_stop_at
     (idle_since + `idle`) once it is idle; for the C++, Python and Node.js workers.
+  * `corral check` names a bad `response_timeout` or `heartbeat`.
 
 Every wait polls an observable (the state, the log, a response) with a deadline.
 """
@@ -18,6 +19,7 @@ import calendar
 import http.client
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -186,3 +188,22 @@ def test_workers_state_shows_what_holds_a_worker(corral, kind):
     r = ctl(c.state_dir, "workers", "--json")
     assert r.returncode == 0, r.stdout + r.stderr
     assert json.loads(r.stdout)["counter:h"]["idle_stop_at"] == e["idle_stop_at"]
+
+
+def test_check_names_bad_response_timeout_and_heartbeat(tmp_path):
+    def check(keys):
+        cfg = tmp_path / "corral.toml"
+        cfg.write_text("\n".join(["[workers.doc]",
+                                  f"command = [{', '.join(json.dumps(a) for a in WORKERS['py'])}]",
+                                  'routes = ["/doc/{id}/*"]', *keys]) + "\n")
+        return subprocess.run([CORRAL_BIN, "check", "--config", str(cfg)], capture_output=True,
+                              text=True, timeout=30, stdin=subprocess.DEVNULL)
+
+    r = check(['response_timeout = "soon"', 'heartbeat = "often"'])
+    assert r.returncode == 78, r
+    assert "workers.doc.response_timeout: 'soon' is not a duration" in r.stderr, r.stderr
+    assert "workers.doc.heartbeat: 'often' is not a duration" in r.stderr, r.stderr
+    r = check(["response_timeout = 0"])
+    assert r.returncode == 78 and "workers.doc.response_timeout: must be more than 0" in r.stderr, r
+    r = check(['response_timeout = "250ms"', "heartbeat = 0"])
+    assert r.returncode == 0, r.stderr
