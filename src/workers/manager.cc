@@ -396,7 +396,11 @@ void Manager::link_lost(Worker& w, std::string_view why, nlohmann::json error) {
   Slot& slot = *w.slot;
   const uint64_t now = loop_.now();
   rollout_on_link_lost(slot);
-  if (!w.ready) return fail(slot, std::move(error), fmt::format("{} before ready", why));
+  if (!w.ready) {
+    return fail(slot, std::move(error),
+                why == "link_lost" ? std::string("the control link closed before ready")
+                                   : fmt::format("{} before ready", why));
+  }
   // Kept outside the slot: the slot goes with the recovered worker's exit, the memory must not.
   auto it = recoveries_.find(slot.address);
   if (it != recoveries_.end() && now - it->second < options_.link_recovery_window_ms) {
