@@ -540,6 +540,38 @@ def test_crash_kill_stop_and_start_during_a_rollout(corral, no_core_dumps):
     assert c.kinds_state()["py"]["dirty"] is False
 
 
+def test_cpp_worker_killed_or_stopped_in_a_slow_reload(corral):
+    """The C++ example's `reload-sleep-ms` holds its loop in the hook: a kill -9 or a `ctl stop`
+    at any moment of the rollout lands before its reply (the stop: stop_grace 1 s, then the
+    manager's kill, which it asked for)."""
+    need_cpp()
+    c = corral({"cpp": ("cpp", {"reload": "in-place", "stop_grace": "1s"})})
+    for key in ("killed", "stopme"):
+        assert c.code("cpp", key)["hello"] == "A"
+    pid = c.state()["cpp:killed"]["pid"]
+    v_b = c.kinds["cpp"].write({"hello.txt": "B", "reload-sleep-ms": "5000"})
+    fut = concurrent.futures.ThreadPoolExecutor(1).submit(c.rollout, "cpp", timeout=60)
+    poll(lambda: c.kinds_state()["cpp"]["rolling"], 10, what="the rollout running")
+    os.kill(pid, signal.SIGKILL)
+    r = ctl(c.state_dir, "stop", "cpp:stopme")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rc, report, err = fut.result(timeout=60)
+    assert rc == 1, (rc, report, err)
+    entries = by_address(report)
+    assert entries["cpp:killed"].get("error", {}).get("message"), entries
+    assert entries["cpp:stopme"].get("stopped") is True, entries
+    assert report["failed"] == 1, report
+    assert c.state()["cpp:killed"]["status"] == "failed"
+    # cleared by the next rollout, and started on its set by a request
+    v_c = c.kinds["cpp"].write({"hello.txt": "C"})
+    report = c.rollout_ok("cpp")
+    assert report["cleared"] == ["cpp:killed"] and report["workers"] == [], report
+    for key in ("killed", "stopme"):
+        doc = c.code("cpp", key)
+        assert doc["hello"] == "C" and same_version(v_c, doc["version"]), doc
+    assert v_b != v_c
+
+
 def test_failed_address_cleared_by_a_rollout_starts_on_the_next_request(corral, no_core_dumps):
     langs = {"py": "py"}
     if have_cpp():
