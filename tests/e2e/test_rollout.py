@@ -462,7 +462,10 @@ def test_reload_that_throws_keeps_the_old_version_and_the_kind_dirty(corral, lan
     assert ks["rolling"] is False
     kinds = ctl(c.state_dir, "kinds")
     assert kinds.returncode == 0 and v_bad[:12] in kinds.stdout, kinds.stdout + kinds.stderr
-    assert "dirty" in kinds.stdout.lower(), kinds.stdout
+    rows = [l.split() for l in kinds.stdout.splitlines() if l.strip()]
+    head = [h.lower() for h in rows[0]]
+    row = next(r for r in rows[1:] if r[0] == "k")
+    assert "dirty" in head and row[head.index("dirty")] == "yes", kinds.stdout
     # a new address starts on the current set (with its reload-fails file: no reload at start)
     assert c.code("k", "new")["hello"] == "B"
     # the next good rollout applies and clears it
