@@ -12,9 +12,9 @@ directory), keyed by the address's wire form:
 and from the environment (a kind's `env`):
   ROLLOUT_WORKER_SETUP_SLEEP = "py:slow=2000,py:other=500"   sleep in setup (between `started`
                                                              and `ready`: a reload then queues)
-  ROLLOUT_WORKER_EVENTS = PATH   appends "<monotonic> <address> <pid> <event>" lines: setup_sleeping,
-                                 reload_sleeping, reload_crashing, reload_calling (the example's
-                                 hook is called), reload_returned
+  ROLLOUT_WORKER_EVENTS = PATH   appends "<monotonic> <address> <pid> <event>" lines:
+                                 setup_sleeping, reload_sleeping, reload_crashing,
+                                 reload_calling (the example's hook is called), reload_returned
 Without a `test-hooks.json` and the variables it is the example worker.
 """
 import importlib.util
@@ -83,6 +83,7 @@ def setup(runtime):
 
 if __name__ == "__main__":
     if "CORRAL_CONTROL_FD" not in os.environ or "CORRAL_LISTEN_FD" not in os.environ:
-        sys.stderr.write("not started by a worker manager: CORRAL_CONTROL_FD/CORRAL_LISTEN_FD unset\n")
+        sys.stderr.write("not started by a worker manager: CORRAL_CONTROL_FD/CORRAL_LISTEN_FD"
+                         " unset\n")
         sys.exit(78)
     sys.exit(example.WorkerRuntime(setup, example.redact).run())
