@@ -486,7 +486,7 @@ def test_reload_that_throws_keeps_the_old_version_and_the_kind_dirty(corral, lan
 
 
 def test_crash_kill_stop_and_start_during_a_rollout(corral, no_core_dumps):
-    c = corral({"py": ("py", {"reload": "in-place", "stop_grace": "1s"})},
+    c = corral({"py": ("py", {"reload": "in-place", "stop_grace": "2s"})},
                env={"ROLLOUT_WORKER_SETUP_SLEEP": "py:slow=4000"})
     v_a = version_of({"hello.txt": b"A"})
     for key in ("ok", "crash", "killed", "stopme"):
@@ -602,18 +602,17 @@ def test_a_reload_whose_caller_gave_up_is_still_handled(corral):
         assert c.code("py", key)["hello"] == "A"
     v_a = version_of({"hello.txt": b"A"})
     v_b = c.kinds["py"].write({"hello.txt": "B",
-                               "test-hooks.json": json.dumps({"sleep_ms": {"py:late": 3000}})})
-    t0 = time.monotonic()
+                               "test-hooks.json": json.dumps({"sleep_ms": {"py:late": 4000}})})
     rc, report, err = c.rollout("py")
     assert rc == 1, (rc, report, err)
-    assert time.monotonic() - t0 < 2.8, "the rollout waited for the slow reply"
+    assert report["took_ms"] < 3500, f"the rollout waited for the slow reply: {report}"
     entries = by_address(report)
     assert entries["py:late"].get("error", {}).get("code") == "reload_timeout", entries
     assert "report" in entries["py:quick"], entries
     # meanwhile the late worker still runs the old version: dirty
     assert c.state()["py:late"]["version"] == v_a
     assert c.kinds_state()["py"]["dirty"] is True
-    # its reply comes (3 s): the worker is on the new version, the kind clean
+    # its reply comes (4 s): the worker is on the new version, the kind clean
     poll(lambda: c.state()["py:late"].get("version") == v_b, 10, what="the late reply handled",
          detail=lambda: f"{c.state()}\n{c.srv.log()[-3000:]}")
     assert c.kinds_state()["py"]["dirty"] is False
