@@ -18,7 +18,9 @@
 #     exit and its report's took_ms (the manager's, from the step's start to its last settled
 #     worker), and the latency of the requests planned while a rollout ran.
 # Prints one row per kind and mode: rollout ctl and took_ms (median / max), p50 / p99 / max
-# latency without and during rollouts, failed requests. Nothing is pass/fail.
+# latency without rollouts, during them (the requests planned while one ran, and how many) and
+# over the whole phase with rollouts, failed requests, and the 1-minute load average at the end
+# (the machine's other work shows there). Nothing is pass/fail.
 #
 # Environment: CORRAL_BIN and WORKER_BIN (use these binaries, do not build), PYTHON_BIN (the
 # interpreter for worker.py and the driver; default /usr/bin/python3).
@@ -26,7 +28,7 @@
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-help_lines=2,25
+help_lines=2,27
 
 workers=100
 rollouts=10
@@ -61,8 +63,9 @@ done
 echo "# rollout.sh $(utc_minute) $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')" \
   "workers=$workers rollouts=$rollouts rate=$rate connections=$conns baseline=${baseline}s" \
   "cpus=$(nproc) ($(cpu_model)) corral=$corral"
-printf '%-7s %-9s %17s %17s %23s %23s %7s\n' kind mode "ctl ms med/max" "took_ms med/max" \
-  "base p50/p99/max ms" "during p50/p99/max ms" failed
+printf '%-7s %-9s %15s %15s %22s %28s %22s %6s %5s\n' kind mode "ctl ms med/max" \
+  "took_ms med/max" "base p50/p99/max ms" "during p50/p99/max ms (n)" "phase p50/p99/max ms" \
+  failed load
 IFS=, read -ra kind_list <<<"$kinds"
 IFS=, read -ra mode_list <<<"$modes"
 for kind in "${kind_list[@]}"; do
@@ -82,9 +85,12 @@ r = json.loads(sys.argv[1])
 ro, lat, f = r["rollouts"], r["latency_ms"], r["failed_requests"]
 def three(s):
     return f"{s['p50']}/{s['p99']}/{s['max']}"
-print(f"{r['label']:<7} {r['mode']:<9} {ro['ctl_median_ms']:>8.0f}/{ro['ctl_max_ms']:<8.0f} "
-      f"{str(ro['took_median_ms']):>8}/{str(ro['took_max_ms']):<8} {three(lat['baseline']):>23} "
-      f"{three(lat['during_rollouts']):>23} {f['baseline'] + f['during']:>7}")
+during = f"{three(lat['during_rollouts'])} ({lat['during_rollouts']['n']})"
+ctl = f"{ro['ctl_median_ms']:.0f}/{ro['ctl_max_ms']:.0f}"
+took = f"{ro['took_median_ms']}/{ro['took_max_ms']}"
+print(f"{r['label']:<7} {r['mode']:<9} {ctl:>15} {took:>15} {three(lat['baseline']):>22} "
+      f"{during:>28} {three(lat['phase']):>22} {f['baseline'] + f['during']:>6} "
+      f"{r['load1']:>5}")
 if r["bad_reports"]:
     print(f"  reports with failures: {json.dumps(r['bad_reports'])[:600]}")
 EOF

@@ -242,6 +242,7 @@ def main():
             "failed_requests": {"baseline": len(base_failed), "during": len(load.failures),
                                 "first": (base_failed + load.failures)[:3]},
             "bad_reports": bad_reports[:3],
+            "load1": float(open("/proc/loadavg").read().split()[0]),
         })
     finally:
         proc.send_signal(signal.SIGTERM)
