@@ -287,7 +287,7 @@ class Load:
             kind, key = mine[n % len(mine)]
             n += 1
             if conn is None:
-                conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
+                conn = http.client.HTTPConnection(self.host, self.port, timeout=180)
             sent = time.monotonic()
             try:
                 conn.request("GET", f"/{kind}/{key}/code")
@@ -340,7 +340,10 @@ def check_versions(results, rollouts, names):
 
 
 def rollouts_under_load(corral, mode, rounds=20, per_kind=50):
-    kinds = {"cpp": ("cpp", {"reload": mode}), "py": ("py", {"reload": mode})}
+    # A generous reload_timeout: on a busy machine 50 replacements can take longer than 30 s (the
+    # default), and the test is about correctness, not time.
+    keys = {"reload": mode, "reload_timeout": "180s"}
+    kinds = {"cpp": ("cpp", keys), "py": ("py", keys)}
     if not have_cpp():
         del kinds["cpp"]
     c = corral(kinds, workers="max_starting = 8")
@@ -368,7 +371,7 @@ def rollouts_under_load(corral, mode, rounds=20, per_kind=50):
 
             def one(kind):
                 start = time.monotonic()
-                rc, report, err = c.rollout(kind)
+                rc, report, err = c.rollout(kind, timeout=300)
                 end = time.monotonic()
                 return kind, start, end, rc, report, err
 
