@@ -355,6 +355,8 @@ def rollouts_under_load(corral, mode, rounds=20, per_kind=50):
         assert all(same_version(v_a, a["version"]) and a["hello"] == "A" for a in answers), answers
     startup = time.monotonic()
     print(f"\n{mode}: {per_kind * len(kinds)} workers started in {startup - t0:.1f} s")
+    pids = {a: e["pid"] for a, e in c.state().items()}
+    assert len(pids) == per_kind * len(kinds), pids
     rollouts = {k: [(0.0, startup, version_of({"hello.txt": b"A"}))] for k in kinds}
     targets = [(k, f"k{i}") for k in kinds for i in range(per_kind)]
     # the request rate scales with the machine: a sanitized build on 2 cores gets less
@@ -408,6 +410,11 @@ def rollouts_under_load(corral, mode, rounds=20, per_kind=50):
     assert len(load.results) > rounds * 10, len(load.results)
     bad = check_versions(load.results, rollouts, names)
     assert not bad, f"{len(bad)} responses from older code: {bad[:10]}"
+    # the load overlapped the rollouts: requests sent and answered while one ran
+    inside = [r for r in load.results
+              if any(s <= r[2] and r[3] <= e for s, e, _ in rollouts[r[0]][1:])]
+    assert inside, "no request was answered during a rollout"
+    print(f"{mode}: {len(inside)} requests sent and answered while a rollout ran")
     # every version was served between rollouts (the load did reach the rolled-out code)
     for kind in kinds:
         served = {names.get(next((v for v in names if same_version(v, r[5])), None))
@@ -417,6 +424,14 @@ def rollouts_under_load(corral, mode, rounds=20, per_kind=50):
         c.wait_all_on(kind, final, per_kind)
         ks = c.kinds_state()[kind]
         assert ks["version"] == final and ks["dirty"] is False and ks["stale"] == 0, ks
+    # in place: the same processes throughout; by replacement: every one is new
+    now = {a: e["pid"] for a, e in c.state().items()}
+    assert set(now) == set(pids), (now, pids)
+    same = [a for a in pids if now[a] == pids[a]]
+    if mode == "restart":
+        assert not same, same
+    else:
+        assert len(same) == len(pids), [a for a in pids if now[a] != pids[a]]
     assert "worker_failed" not in c.srv.log()
 
 
