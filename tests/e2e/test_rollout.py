@@ -686,7 +686,7 @@ def test_watch_reaches_every_live_worker(corral):
     v_last = version_of({"hello.txt": b"burst 19"})
     c.wait_all_on("w", v_last, n, timeout=30)
     poll(lambda: c.kinds_state()["w"]["rolling"] is False, 10, what="the watch's rollouts done")
-    assert c.srv.log().count("rollout_done") - marks - 1 <= 3, "a burst was not coalesced"
+    assert c.srv.log().count("rollout_done") - marks - 1 <= 5, "a burst was not coalesced"
     # a new file in a new subdirectory is seen too
     os.makedirs(os.path.join(c.kinds["w"].code_dir, "sub"))
     with open(os.path.join(c.kinds["w"].code_dir, "sub", "x.txt"), "w") as f:
