@@ -6,10 +6,12 @@
 //   command = ["/path/to/corral-notes-worker"]
 //   routes = ["/note/{id}/*"]
 //
-//   GET  /      an HTML page: the note in a textarea and a save button (inline script and style
-//               under the response's CSP nonce)
+//   GET  /      an HTML page: the note in a textarea, edited live (inline script and style under
+//               the response's CSP nonce); every tab on the note is a WebSocket on /ws
+//   GET  /ws    the note live (WebSocket, JSON text messages; below)
 //   GET  /text  the text (text/plain)
-//   POST /text  replaces the text with the request body; answers the new revision
+//   POST /text  replaces the text with the request body; answers the new revision (and every
+//               open socket gets the new text)
 //   GET  /rev   the revision (0 for a note never written)
 //
 // The file is <state dir>/notes/<address percent-encoded>.sqlite ("note%3Aa.sqlite": a key can
@@ -20,6 +22,22 @@
 // (NORMAL would survive only the first). The revision is read from the file in the same
 // transaction, so it never goes backwards; a worker that starts reads both back. The memory holds
 // a copy of what is committed, for reads. Only one worker runs per address (the address's lock).
+//
+// Live editing (GET /ws). The worker holds the note and every browser tab on it is a socket on
+// this one process, so an edit is ordered, committed and passed on in one place. Messages:
+//
+//   server -> a new socket     {"text", "rev", "you": <this socket's id>}
+//   client -> server           {"text": <the whole new text>, "base": <the rev it edited>}
+//   server -> the sender       {"ack": rev}   once the edit is committed (fsynced), never before
+//   server -> every other one  {"text", "rev", "from": <the sender's id; 0: POST /text>}
+//   server -> the sender       {"text", "rev", "stale": true}  when base is not the current rev:
+//                              nothing was written; the client merges and sends again
+//   server -> the sender       {"error": "..."}  a message that is not an edit, or a failed commit
+//
+// Last writer wins on the whole text, with revisions: an edit made on an old revision is refused,
+// so a tab never overwrites a change it has not seen (the page merges its own change onto the
+// newer text and sends again). An open socket holds the worker alive (the worker library counts
+// upgraded connections as not idle); the page reconnects when its socket closes.
 #include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
@@ -30,15 +48,20 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "core/escape.h"
 #include "http/percent.h"
 #include "worker/worker.h"
+#include "ws/socket.h"
 
 namespace {
 
@@ -192,11 +215,21 @@ class NoteFile {
   std::unique_ptr<sqlite3, Closer> db_;
 };
 
-// The committed note, and the file it is committed to.
+// A message for a socket: JSON, with any byte the text holds that is not UTF-8 (a POST /text
+// body may have some) replaced by U+FFFD rather than a throw.
+std::string to_message(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// The committed note, the file it is committed to, and the sockets open on it (the tabs).
 struct Note {
   std::unique_ptr<NoteFile> file;
   std::string text;
   int64_t rev = 0;
+  // Each open socket and its id (1, 2, ...; 0 is "not a socket": POST /text). A socket is
+  // forgotten in its on_close, before it is destroyed.
+  std::unordered_map<ws::Socket*, uint64_t> tabs;
+  uint64_t next_tab = 1;
 
   // Throws when the save could not be committed: the route answers 500, the copy is unchanged.
   int64_t save(std::string_view new_text) {
@@ -205,34 +238,179 @@ struct Note {
     rev = r;
     return r;
   }
+
+  // The committed state to every socket but `except`.
+  void broadcast(uint64_t from, const ws::Socket* except) {
+    std::string msg = to_message({{"text", text}, {"rev", rev}, {"from", from}});
+    // A copy: a send that passes a socket's output cap drops it, and its on_close edits `tabs`.
+    std::vector<ws::Socket*> to;
+    to.reserve(tabs.size());
+    for (const auto& [s, id] : tabs)
+      if (s != except) to.push_back(s);
+    for (ws::Socket* s : to)
+      if (tabs.count(s)) s->send_text(msg);
+  }
+
+  // One message from a tab: an edit committed, then acknowledged, then passed on; or refused.
+  void on_message(ws::Socket& s, std::string_view data, bool binary, core::Logger& log) {
+    auto j = binary ? nlohmann::json() : nlohmann::json::parse(data, nullptr, false);
+    if (!j.is_object() || !j.contains("text") || !j["text"].is_string() || !j.contains("base") ||
+        !j["base"].is_number_integer()) {
+      s.send_text(to_message({{"error", "not an edit: {\"text\": string, \"base\": rev}"}}));
+      return;
+    }
+    if (j["base"].get<int64_t>() != rev) {  // made on a revision that is not the latest
+      s.send_text(to_message({{"text", text}, {"rev", rev}, {"stale", true}}));
+      return;
+    }
+    try {
+      save(j["text"].get_ref<const std::string&>());  // committed (fsynced) before the ack
+    } catch (const std::exception& e) {  // nothing changed; no exception leaves the loop's callback
+      log.error("note_save_failed", "error=\"{}\"", e.what());
+      s.send_text(to_message({{"error", "the note's storage failed"}}));
+      return;
+    }
+    s.send_text(to_message({{"ack", rev}}));
+    broadcast(tabs.count(&s) ? tabs[&s] : 0, &s);
+  }
 };
+
+// The proxy in front checked the browser's Origin against the client's own scheme and Host before
+// it relayed the upgrade (src/workers/proxy_routes.cc); it reaches this worker with
+// "Host: localhost" and the client's Host in Corral-Host (a header it sets itself: one from the
+// client is dropped). So a same-origin page is "http://localhost" here only if the browser's Host
+// was localhost. This wrap lets the handshake see the client's Host again: when the Origin's
+// host[:port] is Corral-Host's, the request's own origin is the Origin (the front checked the
+// scheme), and any other Origin is still refused (403) by the handshake.
+std::optional<http::Response> client_origin(http::Request& req) {
+  auto host = req.header("corral-host");
+  auto origin = req.header("origin");
+  if (!host || !origin) return std::nullopt;
+  size_t sep = origin->find("://");
+  if (sep == std::string_view::npos) return std::nullopt;
+  std::string_view authority = origin->substr(sep + 3);
+  if (authority.size() != host->size()) return std::nullopt;
+  for (size_t i = 0; i < authority.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(authority[i])) !=
+        std::tolower(static_cast<unsigned char>((*host)[i])))
+      return std::nullopt;
+  req.host = *host;
+  req.scheme = origin->substr(0, sep);
+  return std::nullopt;
+}
 
 constexpr std::string_view kPage = R"(<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
-<style nonce="{nonce}">body{{font:16px/1.5 system-ui,sans-serif;max-width:42rem;margin:3rem auto;padding:0 1rem}}textarea{{width:100%;min-height:14rem;font:inherit}}#status{{color:#666;margin-left:.5em}}code{{background:#eee;padding:0 .2em}}</style>
+<style nonce="{nonce}">body{{font:16px/1.5 system-ui,sans-serif;max-width:42rem;margin:3rem auto;padding:0 1rem}}textarea{{width:100%;min-height:14rem;font:inherit}}#status{{color:#666}}code{{background:#eee;padding:0 .2em}}</style>
 </head><body>
 <h1>{title}</h1>
-<p>A note served by its own worker process (address <code>{address}</code>, pid {pid}); each
-save is committed to <code>{file}</code> (SQLite, WAL, synchronous=FULL) before it is
-acknowledged.</p>
-<textarea id="text" spellcheck="false">{text}</textarea>
-<p><button id="save">Save</button><span id="status">revision {rev}</span></p>
-<script nonce="{nonce}">
-const text = document.getElementById('text'), status = document.getElementById('status');
-document.getElementById('save').addEventListener('click', async () => {{
-  status.textContent = 'saving…';
-  try {{
-    const r = await fetch('text', {{method: 'POST', body: text.value,
-                                    headers: {{'Content-Type': 'text/plain; charset=utf-8'}}}});
-    status.textContent = r.ok ? 'saved, revision ' + (await r.text()).trim()
-                              : 'not saved: ' + r.status + ' ' + (await r.text()).slice(0, 200);
-  }} catch (e) {{
-    status.textContent = 'not saved: ' + e;
-  }}
-}});
-</script>
+<p>A note served by its own worker process (address <code>{address}</code>, pid {pid}). Every tab
+open on it is a WebSocket to that process: what you type is sent as you type, committed to
+<code>{file}</code> (SQLite, WAL, synchronous=FULL) before it is acknowledged, and shown at once in
+the other tabs. Open this page twice to see it.</p>
+<textarea id="text" spellcheck="false" data-rev="{rev}">{text}</textarea>
+<p id="status">revision {rev}</p>
+<script nonce="{nonce}">{script}</script>
 </body></html>
 )";
+
+// The page's script (not a format string: braces as they are). `base`/`baseText` are the last
+// committed state this tab knows; `sent` the text of the edit in flight (one at a time). An edit
+// of another tab arrives as a committed state: this tab's own change since `baseText` is merged
+// onto it (kept where the two touch different places; where they overlap, the other's text is
+// kept and this tab's inserted text put after it) and sent again on the new revision.
+constexpr std::string_view kScript = R"JS(
+const area = document.getElementById('text'), status = document.getElementById('status');
+let base = Number(area.dataset.rev), baseText = area.value, sent = null;
+let ws = null, timer = 0, retryMs = 250;
+const say = (s) => { status.textContent = s; };
+
+// The one splice that turns a into b: [start, end in a, inserted text], never inside a
+// surrogate pair (a lone half would not survive the JSON to the worker).
+const high = (t, i) => i > 0 && i < t.length && (t.charCodeAt(i - 1) & 0xfc00) === 0xd800;
+function splice(a, b) {
+  let s = 0;
+  while (s < a.length && s < b.length && a[s] === b[s]) s++;
+  if (high(a, s) || high(b, s)) s--;
+  let ea = a.length, eb = b.length;
+  while (ea > s && eb > s && a[ea - 1] === b[eb - 1]) { ea--; eb--; }
+  if (high(a, ea) || high(b, eb)) { ea++; eb++; }
+  return [s, ea, b.slice(s, eb)];
+}
+// Mine (old -> mine) applied on top of theirs (old -> theirs).
+function merge(old, mine, theirs) {
+  if (mine === old || mine === theirs) return theirs;
+  if (theirs === old) return mine;
+  const [ms, me, mi] = splice(old, mine), [ts, te, ti] = splice(old, theirs);
+  if (me <= ts) return theirs.slice(0, ms) + mi + theirs.slice(me);
+  const d = ti.length - (te - ts);
+  if (ms >= te) return theirs.slice(0, ms + d) + mi + theirs.slice(me + d);
+  const at = ts + ti.length;
+  return theirs.slice(0, at) + mi + theirs.slice(at);
+}
+// Shows `text`, the caret kept in place around the change.
+function show(text) {
+  if (area.value === text) return;
+  const [s, e, ins] = splice(area.value, text), d = ins.length - (e - s);
+  const map = (p) => (p <= s ? p : p >= e ? p + d : s + ins.length);
+  const a = map(area.selectionStart), b = map(area.selectionEnd);
+  area.value = text;
+  if (document.activeElement === area) area.setSelectionRange(a, b);
+}
+// A committed state from the worker: this tab's change since baseText goes on top of it.
+function committed(text, rev) {
+  const mine = area.value;
+  base = rev;
+  const old = baseText;
+  baseText = text;
+  show(merge(old, mine, text));
+}
+function flush() {
+  clearTimeout(timer);
+  if (!ws || ws.readyState !== WebSocket.OPEN || sent !== null) return;
+  if (area.value === baseText) return;
+  sent = area.value;
+  ws.send(JSON.stringify({text: sent, base}));
+  say('saving…');
+}
+function schedule() { clearTimeout(timer); timer = setTimeout(flush, 150); }
+area.addEventListener('input', () => {
+  say(!ws ? 'offline, reconnecting…' : sent === null ? 'editing…' : 'saving…');
+  schedule();
+});
+
+function connect() {
+  const url = new URL('ws', location.href);
+  url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
+  ws = new WebSocket(url);
+  ws.onopen = () => { retryMs = 250; };
+  ws.onmessage = (ev) => {
+    const m = JSON.parse(ev.data);
+    if ('ack' in m) {  // committed: durable in the worker's file
+      base = m.ack; baseText = sent; sent = null;
+      if (area.value === baseText) say('saved, revision ' + base); else flush();
+    } else if ('error' in m) {
+      sent = null;
+      say('not saved: ' + m.error);
+    } else if ('text' in m) {
+      // The greeting of a new socket: an edit in flight on the lost one may have been committed
+      // (then it is the text, unless another tab edited since: then it is merged once more).
+      if ('you' in m && sent !== null && m.text === sent) baseText = sent;
+      if (m.stale || 'you' in m) sent = null;
+      committed(m.text, m.rev);
+      if (sent === null && area.value === baseText) say('revision ' + base);
+      else if (sent === null) flush();
+    }
+  };
+  ws.onclose = () => {
+    ws = null;  // `sent` stays: the next socket's greeting tells whether it was committed
+    say('offline, reconnecting…');
+    setTimeout(connect, retryMs);
+    retryMs = Math.min(retryMs * 2, 5000);
+  };
+}
+connect();
+)JS";
 
 }  // namespace
 
@@ -263,7 +441,7 @@ int main() {
               fmt::arg("address", html_escape(ctx.address())), fmt::arg("pid", ::getpid()),
               fmt::arg("file", html_escape("notes/" + file_name)),
               fmt::arg("text", html_escape(n.text)), fmt::arg("rev", n.rev),
-              fmt::arg("nonce", req.csp_nonce())));
+              fmt::arg("nonce", req.csp_nonce()), fmt::arg("script", kScript)));
         });
         site.route("GET /text", [&n](http::Request&) { return http::Response::text(n.text); });
         site.route("GET /rev", [&n](http::Request&) {
@@ -271,8 +449,30 @@ int main() {
         });
         site.route("POST /text", [&n](http::Request& req) {
           int64_t rev = n.save(req.body);  // committed (fsynced) before the answer
+          n.broadcast(0, nullptr);
           return http::Response::text(std::to_string(rev) + "\n");
         });
+
+        site.wrap("GET /ws", {.before = client_origin, .after = nullptr});
+        ws::SocketRoute live;
+        // An edit carries the whole text: as large as a POST /text body may be (the parser's 8 MiB
+        // max_body), and room for a few whole states queued to a slow tab before it is dropped.
+        live.limits = [](const http::Request&) {
+          ws::SocketLimits l;
+          l.max_message = 8 * 1024 * 1024 + 64 * 1024;  // and the JSON around the text
+          l.max_buffered = 32 * 1024 * 1024;
+          return l;
+        };
+        live.on_open = [&n, &ctx](ws::Socket& s) {
+          uint64_t id = n.next_tab++;
+          n.tabs.emplace(&s, id);
+          s.on_message = [&n, &ctx](ws::Socket& s, std::string_view data, bool binary) {
+            n.on_message(s, data, binary, ctx.log());
+          };
+          s.on_close = [&n](ws::Socket& s, uint16_t, std::string_view) { n.tabs.erase(&s); };
+          s.send_text(to_message({{"text", n.text}, {"rev", n.rev}, {"you", id}}));
+        };
+        ws::add_socket_route(site, "/ws", std::move(live));
       },
       std::move(options));
 }

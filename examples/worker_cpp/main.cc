@@ -10,23 +10,38 @@
 //   GET  /echo      a WebSocket echoing each message (an open upgraded connection: not idle)
 //   GET  /crash     aborts (a crash: the address becomes failed)
 //   GET  /fatal     reports a fatal error whose text holds a secret; only the redacted form crosses
+//   GET  /code      {"version": the code version running (null without code), "hello": hello.txt
+//                   of that version's directory (null if it has none), "pid": the process id}
+//
+// Reload in place (docs/worker-protocol.md, "Code and reload"): the reload hook re-reads hello.txt
+// from the new set's directory and swaps version and text together, so that one /code answer
+// never mixes two sets. A new set holding a file named `reload-fails` is refused (the error code
+// `reload_failed`: the worker keeps its old code); one holding `reload-sleep-ms` (a number) makes
+// the hook take that long (it holds the loop: a test of what a slow hook does). With the
+// environment variable CORRAL_NO_RELOAD=1 no hook is registered (`ready` then says the worker
+// cannot reload, and a rollout replaces it).
 //
 // The count lives in <state dir>/data/<address>.count, the address percent-encoded as in the lock
 // path ("doc%3A42.count": a key can hold any byte, "/" and ".." included): read at setup, written
 // by a closer at shutdown (so a successor worker, which waits for this one's lock, sees it).
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/escape.h"
@@ -39,6 +54,18 @@ namespace {
 using namespace corral;
 
 class SlowAnswer;
+
+// What GET /code shows: one set's version and its hello.txt, replaced together.
+struct Code {
+  std::string version;               // "" without code
+  std::optional<std::string> hello;  // hello.txt's content, if the set has one
+};
+
+// A reload hook's refusal of a set: its own error code (redact below).
+class ReloadFailed : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 struct Counter {
   int64_t count = 0;
@@ -83,6 +110,26 @@ class SlowAnswer final : public http::DeferredProducer {
   bool registered_ = false;
 };
 
+// The content of `dir`/`name`, or nullopt when there is none (no dir: a kind without code).
+std::optional<std::string> read_code_file(std::string_view dir, const char* name) {
+  if (dir.empty()) return std::nullopt;
+  std::ifstream in(std::string(dir) + "/" + name, std::ios::binary);
+  if (!in) return std::nullopt;
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The reload hook: the new set's hello.txt, or a refusal.
+Code load_code(const worker::CodeUpdate& update) {
+  if (auto ms = read_code_file(update.dir, "reload-sleep-ms")) {
+    uint64_t n = 0;
+    std::from_chars(ms->data(), ms->data() + ms->size(), n);
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min<uint64_t>(n, 60'000)));
+  }
+  if (read_code_file(update.dir, "reload-fails"))
+    throw ReloadFailed("the set " + update.version + " has a file named reload-fails");
+  return Code{update.version, read_code_file(update.dir, "hello.txt")};
+}
+
 void load(Counter& c) {
   std::ifstream in(c.path);
   if (in) in >> c.count;
@@ -126,10 +173,15 @@ uint64_t query_ms(std::string_view query) {
 
 int main() {
   auto counter = std::make_unique<Counter>();
+  Code code;
   worker::WorkerOptions options;
-  options.redact = [](const std::exception&) {
+  options.redact = [](const std::exception& e) {
+    if (dynamic_cast<const ReloadFailed*>(&e))
+      return worker::PublicError{"the new code cannot be loaded", "reload_failed", ""};
     return worker::PublicError{"the counter failed", "counter_failed", ""};
   };
+  const char* no_reload = getenv("CORRAL_NO_RELOAD");
+  bool reloadable = !(no_reload && std::string_view(no_reload) == "1");
   return worker::worker_main(
       [&](worker::WorkerContext& ctx, http::SiteBuilder& site) {
         Counter& c = *counter;
@@ -161,6 +213,21 @@ int main() {
           }
           if (!c.slow.empty()) c.slow_timer.arm_at(c.slow.begin()->first);
           for (SlowAnswer* a : due) a->answer();
+        });
+
+        code = Code{std::string(ctx.code_version()), read_code_file(ctx.code_dir(), "hello.txt")};
+        if (reloadable) {
+          // On the loop, between requests: no /code answer can see half of it.
+          ctx.on_reload([&code](const worker::CodeUpdate& update) {
+            code = load_code(update);
+            return nlohmann::json{{"hello", code.hello ? nlohmann::json(*code.hello) : nullptr}};
+          });
+        }
+        site.route("GET /code", [&code](http::Request&) {
+          return http::Response::json(
+              {{"version", code.version.empty() ? nlohmann::json() : nlohmann::json(code.version)},
+               {"hello", code.hello ? nlohmann::json(*code.hello) : nlohmann::json()},
+               {"pid", static_cast<int64_t>(getpid())}});
         });
 
         site.route("GET /", [&c](http::Request&) {

@@ -11,10 +11,19 @@ The same counter as examples/worker_cpp/main.cc, one per address:
     GET  /crash      aborts (a crash: the address becomes failed)
     GET  /fatal      reports a fatal error whose text holds a secret; only the redacted form crosses
     GET  /headers    the request's header lines as received, a JSON list of [name, value]
+    GET  /code       {"version": the code version running (null without code), "hello": hello.txt
+                     of that version's directory (null if it has none), "pid": the process id}
 
 The count lives in <state dir>/data/<address>.count, the address percent-encoded as in the lock path
 ("doc%3A42.count": a key can hold any byte, "/" and ".." included): read at setup, written by a
 closer at shutdown.
+
+Reload in place (docs/worker-protocol.md, "Code and reload"): the reload hook re-reads hello.txt from
+the new set's directory and swaps version and text together, so that one /code answer never mixes
+two sets. A new set holding a file named `reload-fails` is refused (the error code `reload_failed`:
+the worker keeps its old code); one holding `reload-sleep-ms` (a number) makes the hook take that
+long (requests are served meanwhile). With CORRAL_NO_RELOAD=1 no hook is registered (`ready` then
+says the worker cannot reload, and a rollout replaces it).
 
 The file has two halves: `WorkerRuntime`, the protocol (copy it into your own worker), and the
 counter application at the bottom.
@@ -22,7 +31,9 @@ counter application at the bottom.
 Threads: the main thread owns the control socket (a selectors loop) and every state change of the
 lifecycle; HTTP requests run on threads of a ThreadingHTTPServer; the lock wait runs on a thread of
 its own, so `shutdown`, SIGTERM and a lost link are still seen while an old worker holds the lock.
-Other threads hand work to the main thread through `post()` (a queue and a wake-up pipe).
+Other threads hand work to the main thread through `post()` (a queue and a wake-up pipe). The reload
+hook runs on the main thread, one reload per pass of its loop, while the HTTP threads keep serving
+(control messages, a `shutdown` too, wait until the hook returns).
 """
 
 import ctypes
@@ -40,6 +51,7 @@ import threading
 import time
 import traceback
 import base64
+import collections
 import hashlib
 import urllib.parse
 
@@ -118,7 +130,7 @@ def default_redact(_exc):
 
 
 class WorkerRuntime:
-    """The child side of the protocol: start, lock, started, ready/idle, fatal, shutdown."""
+    """The child side of the protocol: start, lock, started, ready/idle, reload, fatal, shutdown."""
 
     def __init__(self, setup, redact=default_redact):
         self.setup = setup  # setup(runtime) -> an http.server handler class; may raise
@@ -133,7 +145,11 @@ class WorkerRuntime:
         self.address_bytes = decode_address(self.address) or b""
         self.state_dir = os.environ.get("CORRAL_STATE_DIR", "")
         self.start_data = None
+        # The code running: `start`'s scripts and code, then each reload's once its hook returned.
+        # None (and no scripts) for a kind without code. Replaced, never changed in place.
         self.scripts = []
+        self.code_version = None  # hex SHA-256 of the set
+        self.code_dir = None  # the snapshot's directory: read-only files, never the live directory
         self.lock_fd = None
         self._locking = False  # a `start` arrived: the lock is being taken (or held)
 
@@ -146,6 +162,8 @@ class WorkerRuntime:
         self._stopping = False
         self._status = 0
         self._closers = []
+        self._reload_hook = None
+        self._reloads = collections.deque()  # `reload` messages waiting, in arrival order
         self._server = None
         self._posted = queue.SimpleQueue()
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
@@ -158,6 +176,15 @@ class WorkerRuntime:
     def on_close(self, closer):
         """Runs at shutdown, in reverse order of registration."""
         self._closers.append(closer)
+
+    def on_reload(self, fn):
+        """Registers the reload hook (in setup: `ready` tells the manager whether there is one).
+
+        fn(update) runs on the main thread with the new set, a dict with `version`, `dir` and
+        `scripts`; it returns the report (any JSON value; None becomes {}) or raises if the set
+        cannot be used: the worker then keeps its old code, and redact(exc) is the answer's error.
+        HTTP requests are served meanwhile on their threads; the worker counts as busy."""
+        self._reload_hook = fn
 
     def busy_add(self, delta):
         with self._lock:
@@ -222,10 +249,13 @@ class WorkerRuntime:
         self._selector.register(self._wake_r, selectors.EVENT_READ, self._on_posted)
         self._selector.register(self._signal_r, selectors.EVENT_READ, self._on_signal)
         while not self._done:
-            for key, _ in self._selector.select():
+            # One reload per pass, so that the control messages between two are seen.
+            for key, _ in self._selector.select(0 if self._reload_due() else None):
                 key.data()
                 if self._done:
                     break
+            if not self._done and self._reload_due():
+                self._apply_next_reload()
         log("worker_exit", address=self.address, status=self._status)
         return self._status
 
@@ -267,6 +297,8 @@ class WorkerRuntime:
             self.stop(0, "shutdown")
         elif kind == "start":
             self._on_start(msg)
+        elif kind == "reload":
+            self._on_reload(msg)
         # Unknown types are ignored (forward compatibility).
 
     def _lost(self):
@@ -283,7 +315,10 @@ class WorkerRuntime:
         if isinstance(address, str) and address and decode_address(address) is not None:
             self.address, self.address_bytes = address, decode_address(address)
         self.start_data = msg.get("start")
-        self.scripts = msg.get("scripts") or []
+        code = _parse_code(msg, required=False)
+        if code is None:
+            return log("control_message_dropped", reason="start with a malformed scripts or code")
+        self.scripts, self.code_version, self.code_dir = code
         self._locking = True
         try:
             fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -309,6 +344,58 @@ class WorkerRuntime:
             self.post(lambda: self._locked(fd))
 
         threading.Thread(target=wait, name="lock-wait", daemon=True).start()
+
+    def _on_reload(self, msg):
+        if self._stopping:
+            return  # a reload during a stop is ignored: the manager settles it by the exit
+        rid = msg.get("id")
+        code = _parse_code(msg, required=True)
+        if isinstance(rid, bool) or not isinstance(rid, int) or rid <= 0 or code is None:
+            return log("control_message_dropped", reason="reload without an id or a code")
+        # Applied by the main loop once `ready` was sent (before that it waits here).
+        self._reloads.append((rid, code))
+
+    def _reload_due(self):
+        return bool(self._reloads) and self._running and not self._stopping
+
+    def _apply_next_reload(self):
+        rid, (scripts, version, directory) = self._reloads.popleft()
+        if self._reload_hook is None:
+            log("worker_reload_failed", address=self.address, id=rid, error="no reload hook")
+            with self._lock:
+                self._send_locked({"type": "reloaded", "id": rid, "version": version,
+                                   "error": PublicError("This worker cannot reload in place.",
+                                                        "no_reload").to_json()})
+            return
+        self.busy_add(1)  # `idle: false` goes out before the hook runs
+        reply = {"type": "reloaded", "id": rid, "version": version}
+        try:
+            report = self._reload_hook({"version": version, "dir": directory, "scripts": scripts})
+            reply["report"] = {} if report is None else report
+            json.dumps(reply["report"])  # a report that cannot cross is the hook's failure
+            ok = True
+        except Exception as e:  # noqa: BLE001 - every hook failure is a `reloaded` error
+            log("worker_reload_failed", address=self.address, id=rid, version=version,
+                error=str(e))
+            try:
+                traceback.print_exception(e, file=sys.stderr)
+            except OSError:
+                pass
+            try:
+                public = self.redact(e)
+            except Exception:  # a broken redact must not leak the original either
+                public = default_redact(e)
+            reply.pop("report", None)
+            reply["error"] = public.to_json()
+            ok = False
+        if self._stopping:
+            return  # the hook called fatal(): nothing more is answered
+        if ok:
+            self.scripts, self.code_version, self.code_dir = scripts, version, directory
+            log("worker_reloaded", address=self.address, id=rid, version=version)
+        with self._lock:
+            self._send_locked(reply)
+        self.busy_add(-1)  # after `reloaded`: an idle flip the manager sees follows the reply
 
     def _lock_failed(self, path, error):
         log("lock_failed", address=self.address, lock=path, error=str(error))
@@ -339,8 +426,11 @@ class WorkerRuntime:
         with self._lock:
             self._running = True
             self._reported_idle = self._idle_locked()
-            self._send_locked({"type": "ready", "idle": self._reported_idle})
-        log("worker_ready", address=self.address)
+            ready = {"type": "ready", "idle": self._reported_idle}
+            if self._reload_hook is not None:
+                ready["reload"] = True
+            self._send_locked(ready)
+        log("worker_ready", address=self.address, reload=self._reload_hook is not None)
 
     def stop(self, status, why):
         """Every way out: stop accepting, let requests finish, run the closers, exit."""
@@ -349,6 +439,7 @@ class WorkerRuntime:
                 return
             self._stopping = True
             self._running = False
+        self._reloads.clear()
         self._status = status
         log("worker_stopping", address=self.address, reason=why)
         force = threading.Timer(FORCE_EXIT_S, self._force_exit, args=(status,))
@@ -391,6 +482,25 @@ class WorkerRuntime:
             self.control.send(json.dumps(msg).encode())
         except OSError as e:
             log("control_link_error", error=str(e))  # the main thread sees EOF and stops
+
+
+def _parse_code(msg, required):
+    """(scripts, version, dir) of a `start` or `reload`; None when malformed. Without `code` (a kind
+    without code; refused when `required`): (scripts, None, None)."""
+    scripts = msg.get("scripts")
+    if scripts is None:
+        scripts = []
+    if not isinstance(scripts, list):
+        return None
+    code = msg.get("code")
+    if code is None:
+        return None if required else (scripts, None, None)
+    if not isinstance(code, dict) or not isinstance(code.get("version"), str):
+        return None
+    directory = code.get("dir")
+    if directory is not None and not isinstance(directory, str):
+        return None
+    return scripts, code["version"], directory
 
 
 class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
@@ -534,6 +644,28 @@ def setup(runtime):
     def headers(h, _q):
         h.reply(200, json.dumps([[k, v] for k, v in h.headers.items()]), "application/json")
 
+    # (version, hello) of the set running: one tuple, replaced whole by the reload hook, so that an
+    # answer read on a request thread never mixes two sets.
+    code = [(runtime.code_version, read_code_file(runtime.code_dir, "hello.txt"))]
+
+    def reload(update):
+        sleep_ms = read_code_file(update["dir"], "reload-sleep-ms")
+        if sleep_ms is not None:
+            time.sleep(min(int(sleep_ms.strip() or 0), 60_000) / 1000)
+        if read_code_file(update["dir"], "reload-fails") is not None:
+            raise ReloadFailed(f"the set {update['version']} has a file named reload-fails")
+        hello = read_code_file(update["dir"], "hello.txt")
+        code[0] = (update["version"], hello)
+        return {"hello": hello}
+
+    if os.environ.get("CORRAL_NO_RELOAD") != "1":
+        runtime.on_reload(reload)
+
+    def get_code(h, _q):
+        version, hello = code[0]
+        h.reply(200, json.dumps({"version": version, "hello": hello, "pid": os.getpid()}),
+                "application/json")
+
     routes = {
         ("GET", "/"): get_count,
         ("GET", "/headers"): headers,
@@ -543,6 +675,7 @@ def setup(runtime):
         ("GET", "/slow"): slow,
         ("GET", "/crash"): crash,
         ("GET", "/fatal"): fatal,
+        ("GET", "/code"): get_code,
     }
 
     class Counter(Handler):
@@ -556,7 +689,24 @@ def setup(runtime):
     return Counter
 
 
-def redact(_exc):
+class ReloadFailed(Exception):
+    """The reload hook's refusal of a set (its own error code, below)."""
+
+
+def read_code_file(directory, name):
+    """The text of directory/name; None without a directory (a kind without code) or file."""
+    if not directory:
+        return None
+    try:
+        with open(os.path.join(directory, name), "rb") as f:
+            return f.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
+
+
+def redact(exc):
+    if isinstance(exc, ReloadFailed):
+        return PublicError("the new code cannot be loaded", "reload_failed")
     return PublicError("the counter failed", "counter_failed")
 
 

@@ -8,6 +8,7 @@
 #include "core/owned_path.h"
 #include "fanout/listen_claim.h"
 #include "http/runner.h"
+#include "workers/rollouts.h"
 
 namespace corral::app {
 
@@ -122,6 +123,18 @@ int serve(core::Logger& log, Options options) {
   if (!dir) return state_problem(dir.error());
   if (auto r = check_state_tree(dir.value(), options); !r)
     return state_problem({r.error().code, "state directory " + r.error().reason});
+  // The kinds' code, snapshotted into the store before anything forks (the manager starts every
+  // worker on its kind's set): a directory that cannot be read stops serve() here.
+  {
+    workers::ManagerOptions mo;
+    mo.kinds = std::move(options.kinds);
+    auto r = workers::Rollouts::prepare(dir.value(), mo);
+    options.kinds = std::move(mo.kinds);
+    if (!r) {  // the reason names the key: "workers.<kind>.code: <path>: <why>"
+      std::cerr << "corral: " << r.error().reason << "\n";
+      return kExitBadConfig;
+    }
+  }
   Supervision supervision(log, std::move(options), dir.value());
   return supervision.run();
 }

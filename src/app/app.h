@@ -76,6 +76,10 @@ struct Options {
   std::vector<workers::KindConfig> kinds;
   size_t max_workers = 0;  // workers::ManagerOptions' bounds (0: the machine's defaults)
   size_t max_starting = 0;
+  // --watch (issue 13): roll out every settled change under a kind's code directory
+  // (workers::Rollouts::watch). The kinds' code is snapshotted before anything forks: a code
+  // directory that cannot be is a startup problem ("corral: workers.<kind>.code: ...").
+  bool watch = false;
 
   // In each server process under a supervisor, after the fork and before it serves: the slot.
   std::function<void(int slot)> on_process;

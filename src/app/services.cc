@@ -1,6 +1,7 @@
 #include "app/services.h"
 
 #include "control/control_site.h"
+#include "control/rollout_routes.h"
 #include "control/worker_routes.h"
 
 namespace corral::app {
@@ -24,6 +25,10 @@ SupervisorServices::SupervisorServices(core::EventLoop& loop, core::Logger& log,
     } else {
       manager_ = std::move(m.value());
       manager_ref_ = manager_.get();
+      rollouts_ = std::make_unique<workers::Rollouts>(loop, log, *manager_, state_dir, o.kinds);
+      if (o.watch)
+        if (auto w = rollouts_->watch(); !w)
+          log.error("watch_failed", "error=\"{}\"", w.error().reason);
     }
   }
   std::string control_path = state_dir + "/control.sock";
@@ -40,7 +45,10 @@ SupervisorServices::SupervisorServices(core::EventLoop& loop, core::Logger& log,
     auto it = reports->by_slot.find(slot);
     return it == reports->by_slot.end() ? nlohmann::json() : it->second;
   });
-  if (manager_) control::add_worker_routes(site, *manager_);
+  if (manager_) {
+    control::add_worker_routes(site, *manager_);
+    control::add_rollout_routes(site, *rollouts_);
+  }
   (void)control_->adopt_listener(std::move(fd.value()));
   control_->publish(site.build().value());
   log.info("control_listening", "path={}", control_path);
@@ -48,6 +56,7 @@ SupervisorServices::SupervisorServices(core::EventLoop& loop, core::Logger& log,
 
 SupervisorServices::~SupervisorServices() {
   control_.reset();
+  rollouts_.reset();
   if (manager_ref_ == manager_.get()) manager_ref_ = nullptr;
 }
 

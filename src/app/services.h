@@ -1,7 +1,10 @@
 // SupervisorServices: what the supervisor runs on its own loop once its first generation is
 // forked: the worker manager (with worker kinds) and the control API on <state>/control.sock
-// (GET /processes, /workers, the workers' operations). The control server is a member after the
-// manager, so it is destroyed first (its routes use the manager).
+// (GET /processes, /workers, the workers' operations, the kinds' rollouts). With the manager come
+// its Rollouts (issue 13: the code store, `--watch`'s watchers), a member after the manager and
+// destroyed before it; the kinds' code was snapshotted by serve() before anything forked
+// (Rollouts::prepare). The control server is a member after both, so it is destroyed first (its
+// routes use them).
 //
 // Lifetime: made by the fan-out's on_started and owned by it (destroyed before the loop).
 // `manager_ref` is the Supervision's pointer that the server processes' links answer with
@@ -17,6 +20,7 @@
 #include "http/server.h"
 #include "workers/link_server.h"
 #include "workers/manager.h"
+#include "workers/rollouts.h"
 
 namespace corral::app {
 
@@ -36,6 +40,7 @@ class SupervisorServices {
  private:
   workers::Manager*& manager_ref_;
   std::unique_ptr<workers::Manager> manager_;
+  std::unique_ptr<workers::Rollouts> rollouts_;
   std::unique_ptr<http::Server> control_;
 };
 

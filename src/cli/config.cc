@@ -12,6 +12,8 @@
 #include <optional>
 #include <set>
 
+#include "workers/containment.h"
+
 namespace corral::cli {
 
 namespace {
@@ -149,6 +151,17 @@ static core::Result<uint32_t> parse_duration_ms(const toml::node& n) {
 
 namespace {
 
+// The directory of the configuration file `path`, absolute (a relative path is the working
+// directory's): what the paths in the file are relative to.
+std::string config_dir(const std::string& path) {
+  std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
+  if (dir.empty()) dir = "/";
+  if (dir[0] == '/') return dir;
+  char cwd[4096];
+  if (!::getcwd(cwd, sizeof cwd)) return dir;
+  return dir == "." ? std::string(cwd) : std::string(cwd) + "/" + dir;
+}
+
 // The readers below, one per part of the file, append their problems to `errors` in the order
 // load_config calls them: the order the messages are reported in.
 
@@ -201,9 +214,70 @@ void read_worker_env(const toml::table& t, const std::string& prefix, WorkerKind
   }
 }
 
-// One [workers.<name>] table, appended to c.workers.
+// [workers.<name>] code (a directory, from the file's directory) and reload (a word).
+void read_worker_code(const toml::table& t, const std::string& prefix, const std::string& base_dir,
+                      WorkerKind& k, ConfigErrors& errors) {
+  if (auto* n = t.get("code")) {
+    auto v = n->value<std::string>();
+    if (!n->is_string() || !v || v->empty()) {
+      errors.problems.push_back(prefix + "code: expected a directory (a non-empty string)");
+    } else {
+      k.code = (*v)[0] == '/' ? *v : base_dir + "/" + *v;
+      struct stat st;
+      if (::stat(k.code.c_str(), &st) != 0)
+        errors.problems.push_back(
+            prefix + "code: '" + k.code + "' " +
+            (errno == ENOENT ? std::string("does not exist") : std::string(std::strerror(errno))));
+      else if (!S_ISDIR(st.st_mode))
+        errors.problems.push_back(prefix + "code: '" + k.code + "' is not a directory");
+    }
+  }
+  if (auto* n = t.get("reload")) {
+    auto v = n->value<std::string>();
+    if (!n->is_string() || !v)
+      errors.problems.push_back(prefix + "reload: expected \"auto\", \"in-place\" or \"restart\"");
+    else if (*v != "auto" && *v != "in-place" && *v != "restart")
+      errors.problems.push_back(prefix + "reload: '" + *v +
+                                "' is not one of auto, in-place, restart");
+    else
+      k.reload = *v;
+  }
+}
+
+// --- Containment (issue 14): [workers.<name>] memory_max, pids_max, cpu_weight, log_max_size,
+// log_keep (docs/config.md "Containment"). A size is bytes (an integer) or a string with a unit,
+// "256M" (workers::parse_size).
+void read_worker_containment(Reader& r, const toml::table& t, const std::string& prefix,
+                             WorkerKind& k, ConfigErrors& errors) {
+  auto size = [&](const char* key, uint64_t& out, uint64_t min) {
+    auto* n = t.get(key);
+    if (!n) return;
+    core::Result<uint64_t> v = core::Error{EINVAL, "expected bytes or a size like \"256M\""};
+    if (auto i = n->value<int64_t>(); i && n->is_integer())
+      v = *i > 0 ? core::Result<uint64_t>(static_cast<uint64_t>(*i))
+                 : core::Error{EINVAL, "a size is at least 1 byte"};
+    else if (auto str = n->value<std::string>())
+      v = workers::parse_size(*str);
+    if (v && *v < min) v = core::Error{EINVAL, fmt::format("at least {} bytes", min)};
+    if (!v)
+      errors.problems.push_back(prefix + key + ": " + v.error().reason);
+    else
+      out = *v;
+  };
+  // Below a megabyte no worker runtime starts; a log file below 4 KiB would hold a line or two.
+  size("memory_max", k.memory_max, 1024 * 1024);
+  r.integer(t, prefix, "pids_max", k.pids_max, 1, 4'194'304);
+  r.integer(t, prefix, "cpu_weight", k.cpu_weight, 1, 10'000);
+  size("log_max_size", k.log_max_size, 4096);
+  r.integer(t, prefix, "log_keep", k.log_keep, 0, 100);
+}
+// --- end of Containment ---
+
+// One [workers.<name>] table, appended to c.workers. `base_dir`: the configuration file's
+// directory (absolute), what `code` is relative to.
 void read_worker_kind(Reader& r, std::string_view name, const toml::table& t,
-                      const std::string& prefix, Config& c, ConfigErrors& errors) {
+                      const std::string& prefix, const std::string& base_dir, Config& c,
+                      ConfigErrors& errors) {
   WorkerKind k;
   k.name = std::string(name);
   bool name_ok = !k.name.empty();
@@ -214,7 +288,9 @@ void read_worker_kind(Reader& r, std::string_view name, const toml::table& t,
                               ": a kind name is letters, digits, '-' and '_'");
   r.check_unknown(
       t, prefix,
-      {"command", "env", "routes", "idle", "start_timeout", "stop_grace", "max_workers"});
+      {"command", "env", "routes", "idle", "start_timeout", "stop_grace", "max_workers", "code",
+       "reload", "reload_timeout",
+       /* Containment: */ "memory_max", "pids_max", "cpu_weight", "log_max_size", "log_keep"});
   auto strings = [&](const char* key, std::vector<std::string>& out) {
     auto* n = t.get(key);
     if (!n) return;
@@ -248,11 +324,22 @@ void read_worker_kind(Reader& r, std::string_view name, const toml::table& t,
   duration("start_timeout", k.start_timeout_ms);
   duration("stop_grace", k.stop_grace_ms);
   r.integer(t, prefix, "max_workers", k.max_workers, 1, 1'000'000);
+  read_worker_code(t, prefix, base_dir, k, errors);
+  if (t.get("reload_timeout")) {
+    uint32_t ms = k.reload_timeout_ms;
+    duration("reload_timeout", ms);
+    if (ms == 0)
+      errors.problems.push_back(prefix + "reload_timeout: must be more than 0");
+    else
+      k.reload_timeout_ms = ms;
+  }
+  read_worker_containment(r, t, prefix, k, errors);
   c.workers.push_back(std::move(k));
 }
 
-// [workers]: the kinds' tables, and beside them the bounds of all kinds together.
-void read_workers(Reader& r, const toml::node& node, Config& c, ConfigErrors& errors) {
+// [workers]: the kinds' tables, and beside them the bounds of all kinds together and `watch`.
+void read_workers(Reader& r, const toml::node& node, const std::string& base_dir, Config& c,
+                  ConfigErrors& errors) {
   auto* kinds = node.as_table();
   if (!kinds) {
     errors.problems.push_back("workers: expected a table of worker kinds ([workers.<name>])");
@@ -260,6 +347,16 @@ void read_workers(Reader& r, const toml::node& node, Config& c, ConfigErrors& er
   }
   for (const auto& [name, kind_node] : *kinds) {
     std::string prefix = "workers." + std::string(name.str()) + ".";
+    if (name.str() == "watch") {
+      if (kind_node.is_table())
+        errors.problems.push_back(
+            "workers.watch: a worker kind may not have this name (it is a switch, true or false)");
+      else if (!kind_node.is_boolean())
+        errors.problems.push_back("workers.watch: expected true or false");
+      else
+        c.watch = *kind_node.value<bool>();
+      continue;
+    }
     if (name.str() == "max_workers" || name.str() == "max_starting") {
       if (kind_node.is_table()) {
         errors.problems.push_back(prefix.substr(0, prefix.size() - 1) +
@@ -278,7 +375,7 @@ void read_workers(Reader& r, const toml::node& node, Config& c, ConfigErrors& er
       errors.problems.push_back(prefix.substr(0, prefix.size() - 1) + ": expected a table");
       continue;
     }
-    read_worker_kind(r, name.str(), *t, prefix, c, errors);
+    read_worker_kind(r, name.str(), *t, prefix, base_dir, c, errors);
   }
 }
 
@@ -400,7 +497,7 @@ ConfigErrors load_config(const std::string& path, Config& c) {
   r.integer(root, "", "processes", c.processes, 0, 64);
   r.integer(root, "", "max_draining_generations", c.max_draining_generations, 0, 3);
   r.string(root, "state_dir", c.state_dir);
-  if (auto* node = root.get("workers")) read_workers(r, *node, c, errors);
+  if (auto* node = root.get("workers")) read_workers(r, *node, config_dir(path), c, errors);
   r.boolean(root, "pin", c.pin);
   read_log_level(r, root, c, errors);
   r.boolean(root, "access_log", c.server.access_log);

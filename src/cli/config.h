@@ -27,6 +27,22 @@ struct WorkerKind {
   uint32_t start_timeout_ms = 60'000;
   uint32_t stop_grace_ms = 5'000;
   uint32_t max_workers = 0;  // live workers of this kind; 0: only the global bound
+  // The kind's code (docs/deploying.md): a directory, relative to the configuration file's
+  // directory (made absolute by load_config); empty: none. How a rollout brings a live worker to
+  // a new version ("auto", "in-place" or "restart") and how long one worker's reload may take.
+  std::string code;
+  std::string reload = "auto";
+  uint32_t reload_timeout_ms = 30'000;
+
+  // --- Containment (issue 14; docs/config.md "Containment", workers/containment.h) ---
+  // memory_max, pids_max, cpu_weight: each worker's limits (0: not limited); log_max_size,
+  // log_keep: the rotation of <state>/logs/<name>.log.
+  uint64_t memory_max = 0;
+  uint64_t pids_max = 0;
+  uint32_t cpu_weight = 0;
+  uint64_t log_max_size = 10 * 1024 * 1024;
+  uint32_t log_keep = 3;
+  // --- end of Containment ---
 };
 
 // [workers] max_workers, max_starting: the bounds of every kind together (0: the machine's
@@ -67,6 +83,7 @@ struct Config {
   http::ServerOptions server;
   std::vector<WorkerKind> workers;
   WorkerBounds worker_bounds;
+  bool watch = false;     // [workers] watch (or serve --watch): roll out each saved change of code
   std::string state_dir;  // empty: $XDG_STATE_HOME/corral or ./.corral
   TlsConfig tls;
   Http3Config http3;

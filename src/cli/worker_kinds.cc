@@ -14,6 +14,14 @@ std::vector<workers::KindConfig> kind_configs(const std::vector<WorkerKind>& kin
     c.start_timeout_ms = k.start_timeout_ms;
     c.stop_grace_ms = k.stop_grace_ms;
     c.max_workers = k.max_workers;
+    c.code_dir = k.code;
+    c.reload = k.reload == "in-place"  ? workers::KindConfig::Reload::in_place
+               : k.reload == "restart" ? workers::KindConfig::Reload::restart
+                                       : workers::KindConfig::Reload::automatic;
+    c.reload_timeout_ms = k.reload_timeout_ms;
+    // Containment (workers/containment.h, kind_log.h)
+    c.limits = {k.memory_max, k.pids_max, k.cpu_weight};
+    c.log_rotation = {k.log_max_size, k.log_keep};
     out.push_back(std::move(c));
   }
   return out;

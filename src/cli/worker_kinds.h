@@ -1,5 +1,6 @@
 // The configured worker kinds ([workers.<kind>] in the TOML) as the worker manager's and the proxy
-// routes' KindConfig. Pure conversion; the worker path itself lives in src/workers/.
+// routes' KindConfig (with the code directory, reload mode and timeout a rollout uses). Pure
+// conversion; the worker path itself lives in src/workers/.
 #pragma once
 
 #include <vector>

@@ -3,7 +3,8 @@
 //   GET /processes   the fan-out's slots as JSON (index, pid, cpu, generation, started_at,
 //                    restarts, last_exit, backoff_ms, status, and what the process last reported
 //                    of itself: "quic" with HTTP/3's connections, steering mode and counters)
-// The workers issue adds the worker routes here.
+// The worker routes (control/worker_routes.h) and the kinds' rollout routes
+// (control/rollout_routes.h) are added beside these by app/services.cc.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>

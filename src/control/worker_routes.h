@@ -11,6 +11,9 @@
 // an {address} that is not a wire form is 400 bad_address.
 // The routes borrow the Manager: the control server must be closed before it is destroyed. A
 // watcher that does not read is cut off once 1 MiB is queued for it.
+// The kinds' routes, GET /workers/kinds and POST /workers/kinds/{kind}/rollout (issue 13), are
+// control/rollout_routes.h's: "kinds" is never an {address} (an address has a ':'), and the
+// router prefers the literal segment anyway.
 #pragma once
 
 #include "http/site.h"

@@ -324,8 +324,14 @@ PlanContext Connection::plan_context() const {
   return ctx;
 }
 
+// The connection's one plan: fresh on entry, reset() on every way out (PlanInUse) and before a
+// route's code runs (a deferred's start() may respond() at once, which re-enters here).
 void Connection::write_response(Response& r) {
-  ResponsePlan plan;
+  ResponsePlan& plan = plan_;
+  struct PlanInUse {
+    ResponsePlan& plan;
+    ~PlanInUse() { plan.reset(); }
+  } in_use{plan};
   plan_response(r, req_, plan_context(), plan);
   if (!plan.refused_header.empty())
     server_.log().error("bad_response_header", "pattern=\"{}\" header=\"{}\"", req_.pattern,
@@ -338,6 +344,7 @@ void Connection::write_response(Response& r) {
       log_method_.assign(req_.method_name);
       log_target_.assign(req_.target);
       deferred_ = std::move(plan.deferred);
+      plan.reset();
       deferred_->start(*this);  // may respond() at once
       return;
     case BodyKind::kUpgrade:
@@ -395,6 +402,7 @@ void Connection::write_response(Response& r) {
   log_method_.assign(req_.method_name);
   log_target_.assign(req_.target);
   producer_ = std::move(plan.producer);
+  plan.reset();  // on_start() is the route's code: nothing below reads the plan
   stream_ended_ = false;
   stream_wants_writable_ = false;
   if (!producer_) {

@@ -115,6 +115,8 @@ class Connection final : public core::IoHandler, private StreamWriter, private R
   std::shared_ptr<const Site> site_;  // the site of the request in flight
   std::string admitted_host_;
 
+  ResponsePlan plan_;  // write_response's, kept between responses (see ResponsePlan's cost)
+
   // The response in progress (files and streams).
   ResolvedFile file_;
   size_t file_part_ = 0;      // multipart: the part being sent

@@ -45,30 +45,32 @@ bool field_safe(std::string_view s) {
   return true;
 }
 
-enum class Rule { kSend, kDrop, kRefuse };
+// The judgment of a header a route set is in two parts (the essay in the header states the
+// rules): whether it refuses the whole response, which plan_response() asks of every header once
+// before anything is planned, and then, for those it let through, whether it goes out. The bytes
+// are scanned once per header: a proxied response relays many.
+bool field_refused(std::string_view name, std::string_view value) {
+  return name.empty() || !field_safe(name) || !field_safe(value);
+}
 
-// The one judgment of a header a route set (the essay in the header states the rules). By length
-// first: one comparison or two per header instead of a dozen (proxied responses relay many).
-Rule route_field_rule(std::string_view name, std::string_view value, Protocol protocol,
-                      bool upgrade) {
-  if (name.empty() || !field_safe(name) || !field_safe(value)) return Rule::kRefuse;
-  if (name[0] == ':') return Rule::kDrop;
+// By length first: one comparison or two per header instead of a dozen.
+bool route_field_sent(std::string_view name, Protocol protocol, bool upgrade) {
+  if (name[0] == ':') return false;
   switch (name.size()) {
     case 7:
-      return iequals(name, "upgrade") && protocol != Protocol::kHttp1 ? Rule::kDrop : Rule::kSend;
+      return !(iequals(name, "upgrade") && protocol != Protocol::kHttp1);
     case 10:
-      if (iequals(name, "keep-alive")) return Rule::kDrop;
-      if (iequals(name, "connection"))
-        return upgrade && protocol == Protocol::kHttp1 ? Rule::kSend : Rule::kDrop;
-      return Rule::kSend;
+      if (iequals(name, "keep-alive")) return false;
+      if (iequals(name, "connection")) return upgrade && protocol == Protocol::kHttp1;
+      return true;
     case 14:
-      return iequals(name, "content-length") ? Rule::kDrop : Rule::kSend;
+      return !iequals(name, "content-length");
     case 16:
-      return iequals(name, "proxy-connection") ? Rule::kDrop : Rule::kSend;
+      return !iequals(name, "proxy-connection");
     case 17:
-      return iequals(name, "transfer-encoding") ? Rule::kDrop : Rule::kSend;
+      return !iequals(name, "transfer-encoding");
     default:
-      return Rule::kSend;
+      return true;
   }
 }
 
@@ -82,9 +84,11 @@ std::optional<uint64_t> route_length(const Response& r) {
   return n;
 }
 
+// `r`'s headers passed field_refused() in plan_response() (a Response planned in their place, a
+// 500, has none).
 void add_route_fields(const Response& r, const PlanContext& ctx, bool upgrade, PlanFields& out) {
   for (const auto& [k, v] : r.headers)
-    if (route_field_rule(k, v, ctx.protocol, upgrade) == Rule::kSend) out.add(k, v);
+    if (route_field_sent(k, ctx.protocol, upgrade)) out.add(k, v);
 }
 
 }  // namespace
@@ -128,6 +132,33 @@ std::string ResponsePlan::take_bytes() {
     return std::move(owned_bytes);
   }
   return std::string(bytes);
+}
+
+void ResponsePlan::release_file() {
+  file = ResolvedFile{};
+  file_used_ = false;
+}
+
+void ResponsePlan::reset() {
+  status = 200;
+  fields.clear();
+  framing_at = 0;
+  content_length.reset();
+  send_body = false;
+  close = false;
+  body = BodyKind::kNone;
+  bytes = {};
+  // A heap buffer is freed, not kept for the next response: a connection may stay idle for long.
+  if (owned_bytes.capacity() > std::string().capacity()) {
+    std::string().swap(owned_bytes);
+  } else {
+    owned_bytes.clear();
+  }
+  if (file_used_) release_file();
+  producer.reset();
+  deferred.reset();
+  upgrade.reset();
+  refused_header = {};
 }
 
 namespace {
@@ -249,12 +280,13 @@ void plan_described(Response& r, Request& req, const PlanContext& ctx, std::arra
 
 void plan_response(Response& r, Request& req, const PlanContext& ctx, ResponsePlan& plan) {
   for (const auto& [k, v] : r.headers) {
-    if (route_field_rule(k, v, ctx.protocol, false) != Rule::kRefuse) continue;
+    if (!field_refused(k, v)) continue;
     plan.refused_header = k;
     Response err = Response::status_only(500);
     plan_described(err, req, ctx, plan.csp_, plan);
     return;
   }
+  plan.file_used_ = std::holds_alternative<FileSpec>(r.body);
   plan_described(r, req, ctx, plan.csp_, plan);
 }
 

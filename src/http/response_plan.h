@@ -23,19 +23,22 @@
 // lowercases the fields into nghttp3 name/value pairs and reads the body through a data reader.
 // Neither walks the Response or judges a header: the rules live here once.
 //
-// Header rules (route_field_rule in the .cc): a name that is empty, or a name or value with CR,
-// LF or NUL, cannot be sent safely by any protocol: the whole response is refused and becomes a
-// 500 (`refused_header` names it for the log). A pseudo-header name (":x") is dropped. Framing is
-// the protocol's: a route's Transfer-Encoding and Content-Length are dropped (a HEAD response
-// without a body announces the route's Content-Length instead of 0: a proxy relaying HEAD). The
-// connection-specific fields Connection, Keep-Alive and Proxy-Connection are dropped, except
-// Connection in an HTTP/1.1 101 (the switch needs it); Upgrade is dropped over HTTP/3 (RFC 9114
-// §4.2 makes all of them malformed there) and kept over HTTP/1.1 (a 101 and a 426 carry it).
+// Header rules (field_refused and route_field_sent in the .cc): a name that is empty, or a name or
+// value with CR, LF or NUL, cannot be sent safely by any protocol: the whole response is refused
+// and becomes a 500 (`refused_header` names it for the log). A pseudo-header name (":x") is
+// dropped. Framing is the protocol's: a route's Transfer-Encoding and Content-Length are dropped (a
+// HEAD response without a body announces the route's Content-Length instead of 0: a proxy relaying
+// HEAD). The connection-specific fields Connection, Keep-Alive and Proxy-Connection are dropped,
+// except Connection in an HTTP/1.1 101 (the switch needs it); Upgrade is dropped over HTTP/3 (RFC
+// 9114 §4.2 makes all of them malformed there) and kept over HTTP/1.1 (a 101 and a 426 carry it).
 //
 // Cost: no allocation for a plain response (fields are views into the Response, the context and
 // the plan; up to kInlineFields of them live inside the plan). Lifetime: a plan borrows from the
 // Response and the PlanContext it was built from; use it while they live, and do not move it
-// (it is neither copyable nor movable: its fields may point into its own storage).
+// (it is neither copyable nor movable: its fields may point into its own storage). A plan is
+// ~1.4 KiB: an HTTP/1.1 connection keeps one and reset()s it between responses instead of
+// building one per response (the zeroing and the ResolvedFile cost more than the 5-byte
+// response's head, bench/alloc_bench).
 #pragma once
 
 #include <array>
@@ -86,6 +89,10 @@ class PlanFields {
     add_overflow(name, value);
   }
   size_t size() const { return size_; }
+  void clear() {
+    size_ = 0;
+    if (!overflow_.empty()) overflow_.clear();
+  }
   const Field* begin() const { return overflow_.empty() ? inline_.data() : overflow_.data(); }
   const Field* end() const { return begin() + size_; }
   const Field& operator[](size_t i) const { return begin()[i]; }
@@ -145,15 +152,21 @@ class ResponsePlan {
   // The body bytes as a string to keep: moved out of the plan when it owns them, else a copy.
   std::string take_bytes();
 
+  // Back to a fresh plan, as constructed: what it still owns (a body string, the resolver's
+  // file and headers, producers not taken) is released.
+  void reset();
+
  private:
   friend void plan_response(Response& r, Request& req, const PlanContext& ctx, ResponsePlan& plan);
+  bool file_used_ = false;                // `file` was resolved: reset() must clear it
+  [[gnu::noinline]] void release_file();  // out of reset()'s common path
   // The default Content-Security-Policy of an HTML response, with the request's nonce.
   std::array<char, 256> csp_;  // not zeroed: only the bytes written are read
 };
 
-// Fills `plan` (a fresh one) from `r`: moves the body and its producers out of `r`, resolves a
-// file against `req` (which also gets its CSP nonce for an HTML response). `r`'s headers stay in
-// place: the plan's fields point at them.
+// Fills `plan` (a fresh one: constructed or reset()) from `r`: moves the body and its producers out
+// of `r`, resolves a file against `req` (which also gets its CSP nonce for an HTML response). `r`'s
+// headers stay in place: the plan's fields point at them.
 void plan_response(Response& r, Request& req, const PlanContext& ctx, ResponsePlan& plan);
 
 }  // namespace corral::http

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "http/h1_writer.h"
 
@@ -209,6 +210,65 @@ TEST(ResponsePlan, StreamOfUnknownLengthIsChunkedOrCloseDelimited) {
   EXPECT_FALSE(write_h1_head(head_plan, false, head_out).chunked);  // no body, no coding
 }
 
+TEST(ResponsePlan, H1HeadCopiesPiecesOfEveryLength) {
+  // write_h1_head copies short pieces with fixed-size moves by length class (0-3, 4-7, 8-16,
+  // 17-32, longer): every length comes out whole.
+  Request req = get();
+  Response r = Response::text("hello");
+  std::vector<std::string> names, values;
+  for (size_t n = 1; n <= 70; ++n) {
+    std::string name = "X-" + std::string(n, static_cast<char>('a' + n % 26));
+    std::string value;
+    for (size_t i = 0; i < n - 1; ++i) value += static_cast<char>('0' + i % 10);
+    names.push_back(name);
+    values.push_back(value);
+    r.header(name, value);
+  }
+  ResponsePlan plan;
+  plan_response(r, req, ctx(), plan);
+  std::string head = h1(plan);
+  std::string expected;
+  for (size_t i = 0; i < names.size(); ++i) expected += names[i] + ": " + values[i] + "\r\n";
+  EXPECT_NE(head.find(expected), std::string::npos) << head;
+  EXPECT_EQ(head.rfind("HTTP/1.1 200 OK\r\nServer: corral\r\n", 0), 0u) << head;
+  EXPECT_EQ(head.substr(head.size() - 4), "\r\n\r\n");
+}
+
+TEST(ResponsePlan, ResetPlanIsLikeAFreshOne) {
+  // A connection keeps one plan and resets it between responses: after a 101, a deferred, a
+  // stream and a refused header, the next plan is the one a fresh plan would give.
+  Request req = get();
+  ResponsePlan kept;
+  std::vector<Response> before;
+  before.push_back(Response::stream(std::make_unique<Producer>(), "text/event-stream"));
+  before.push_back(Response::deferred(std::make_unique<Deferred>()));
+  Response bad = Response::text("x");
+  bad.header("X-Bad", "a\r\nb");
+  before.push_back(std::move(bad));
+  Response big = Response::text(std::string(100000, 'b'), 201);
+  big.header("X-Big", "1");
+  before.push_back(std::move(big));
+  for (Response& r : before) {
+    kept.reset();
+    plan_response(r, req, ctx(), kept);
+  }
+  kept.reset();
+  EXPECT_EQ(kept.owned_bytes.capacity(), std::string().capacity());  // the big body is freed
+  Response r = Response::text("hello");
+  r.header("X-Custom", "1");
+  plan_response(r, req, ctx(), kept);
+  Response same = Response::text("hello");
+  same.header("X-Custom", "1");
+  ResponsePlan fresh;
+  plan_response(same, req, ctx(), fresh);
+  EXPECT_EQ(h1(kept), h1(fresh));
+  EXPECT_EQ(kept.status, 200);
+  EXPECT_EQ(kept.body, BodyKind::kBytes);
+  EXPECT_EQ(kept.bytes, "hello");
+  EXPECT_TRUE(kept.refused_header.empty());
+  EXPECT_FALSE(kept.producer || kept.deferred || kept.upgrade);
+}
+
 TEST(ResponsePlan, ChunkFraming) {
   core::Buffer out;
   append_h1_chunk(out, "");
@@ -364,6 +424,20 @@ TEST_F(FilePlanTest, WholeFileIsOneSegment) {
   ASSERT_EQ(segs.size(), 1u);
   EXPECT_EQ(segs[0].offset, 0u);
   EXPECT_EQ(segs[0].length, 20u);
+}
+
+TEST_F(FilePlanTest, ResetReleasesTheFile) {
+  Response r = file();
+  ResponsePlan plan;
+  plan_response(r, req_, ctx(), plan);
+  ASSERT_TRUE(plan.file.fd.valid());
+  plan.reset();
+  EXPECT_FALSE(plan.file.fd.valid());  // closed, not kept for the next response
+  EXPECT_EQ(plan.file.status, 200);
+  EXPECT_TRUE(plan.file.headers.empty());
+  EXPECT_EQ(plan.fields.size(), 0u);
+  EXPECT_EQ(plan.body, BodyKind::kNone);
+  EXPECT_FALSE(plan.content_length);
 }
 
 TEST_F(FilePlanTest, HeadHasTheLengthAndNoBody) {

@@ -10,6 +10,37 @@ namespace {
 core::Error invalid(std::string why) {
   return core::Error{EPROTO, "invalid control message: " + std::move(why)};
 }
+
+// `scripts` and `code` of a `start` or a `reload` into `out`; `what` names the message in errors.
+// `code` may be absent (a kind without code) only when `code_required` is false.
+core::Result<void> parse_code(const nlohmann::json& j, const std::string& what, bool code_required,
+                              CodeUpdate& out) {
+  out.scripts = nlohmann::json::array();
+  if (auto s = j.find("scripts"); s != j.end() && !s->is_null()) {
+    if (!s->is_array()) return invalid(what + " 'scripts' is not an array");
+    out.scripts = *s;
+  }
+  auto code = j.find("code");
+  if (code == j.end() || code->is_null()) {
+    if (code_required) return invalid(what + " without 'code'");
+    return {};
+  }
+  if (!code->is_object()) return invalid(what + " 'code' is not an object");
+  auto version = code->find("version");
+  if (version == code->end() || !version->is_string())
+    return invalid(what + " 'code.version' is not a string");
+  out.version = version->get<std::string>();
+  if (auto dir = code->find("dir"); dir != code->end() && !dir->is_null()) {
+    if (!dir->is_string()) return invalid(what + " 'code.dir' is not a string");
+    out.dir = dir->get<std::string>();
+  }
+  return {};
+}
+
+std::string dump(const nlohmann::json& j) {
+  // Replace invalid UTF-8 (an exception text, a report, may carry any bytes) instead of throwing.
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 }  // namespace
 
 core::Result<ManagerMessage> parse_manager_message(std::string_view packet) {
@@ -37,11 +68,16 @@ core::Result<ManagerMessage> parse_manager_message(std::string_view packet) {
         return invalid("start 'address' is not a wire-form address");
     }
     if (auto s = j.find("start"); s != j.end()) m.start.start = *s;
-    m.start.scripts = nlohmann::json::array();
-    if (auto s = j.find("scripts"); s != j.end() && !s->is_null()) {
-      if (!s->is_array()) return invalid("start 'scripts' is not an array");
-      m.start.scripts = *s;
-    }
+    if (auto r = parse_code(j, "start", /*code_required=*/false, m.start.code); !r)
+      return r.error();
+  } else if (m.type_name == "reload") {
+    m.type = ManagerMessageType::kReload;
+    auto id = j.find("id");
+    if (id == j.end() || !id->is_number_unsigned() || id->get<uint64_t>() == 0)
+      return invalid("reload without a positive integer 'id'");
+    m.reload.id = id->get<uint64_t>();
+    if (auto r = parse_code(j, "reload", /*code_required=*/true, m.reload.code); !r)
+      return r.error();
   }
   return m;
 }
@@ -57,8 +93,10 @@ std::string encode_started() {
   return R"({"type":"started"})";
 }
 
-std::string encode_ready(bool idle) {
-  return idle ? R"({"type":"ready","idle":true})" : R"({"type":"ready","idle":false})";
+std::string encode_ready(bool idle, bool reload) {
+  nlohmann::json j = {{"type", "ready"}, {"idle", idle}};
+  if (reload) j["reload"] = true;
+  return j.dump();
 }
 
 std::string encode_idle(bool idle) {
@@ -66,9 +104,18 @@ std::string encode_idle(bool idle) {
 }
 
 std::string encode_fatal(const PublicError& error) {
-  nlohmann::json j = {{"type", "fatal"}, {"error", to_json(error)}};
-  // Replace invalid UTF-8 (an exception text may carry any bytes) instead of throwing.
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return dump({{"type", "fatal"}, {"error", to_json(error)}});
+}
+
+std::string encode_reloaded(uint64_t id, std::string_view version, const nlohmann::json& report) {
+  return dump({{"type", "reloaded"},
+               {"id", id},
+               {"version", version},
+               {"report", report.is_null() ? nlohmann::json::object() : report}});
+}
+
+std::string encode_reload_failed(uint64_t id, std::string_view version, const PublicError& error) {
+  return dump({{"type", "reloaded"}, {"id", id}, {"version", version}, {"error", to_json(error)}});
 }
 
 }  // namespace corral::worker

@@ -4,10 +4,12 @@
 // unit tests (control_test.cc) and a fuzzer can drive it with bytes alone.
 //
 // Unknown message types parse as kUnknown (forward compatibility: the caller ignores them); a
-// packet that is not a JSON object with a string `type`, or a `start` without its `lock`, is an
+// packet that is not a JSON object with a string `type`, a `start` without its `lock`, or a
+// `reload` without a positive integer `id` and a `code` object with a string `version`, is an
 // error the caller logs and drops.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -25,27 +27,47 @@ struct PublicError {
   std::string reason;
 };
 
-enum class ManagerMessageType { kStart, kShutdown, kUnknown };
+enum class ManagerMessageType { kStart, kShutdown, kReload, kUnknown };
+
+// A set of the kind's code, as `start` and `reload` carry it (docs/worker-protocol.md, "Code"):
+// the version, the snapshot's directory (read-only files, never the live directory) and the
+// files. A kind without code sends no `code`: version and dir are then empty.
+struct CodeUpdate {
+  std::string version;     // hex SHA-256 of the set
+  std::string dir;         // the snapshot's directory
+  nlohmann::json scripts;  // [{"path","digest"}, ...]; an empty array when absent
+};
 
 struct StartMessage {
-  std::string address;     // "doc:42"
-  nlohmann::json start;    // the kind's start data (null when absent)
-  nlohmann::json scripts;  // what a rollout ships (an empty array when absent)
-  std::string lock;        // the lock file's path
+  std::string address;   // "doc:42"
+  nlohmann::json start;  // the kind's start data (null when absent)
+  CodeUpdate code;       // `scripts` and `code`
+  std::string lock;      // the lock file's path
+};
+
+struct ReloadMessage {
+  uint64_t id = 0;  // the manager's per-worker counter, from 1; the reply carries it back
+  CodeUpdate code;  // the complete new set
 };
 
 struct ManagerMessage {
   ManagerMessageType type = ManagerMessageType::kUnknown;
   std::string type_name;  // as received, for logs
   StartMessage start;     // kStart only
+  ReloadMessage reload;   // kReload only
 };
 
 core::Result<ManagerMessage> parse_manager_message(std::string_view packet);
 
 nlohmann::json to_json(const PublicError& error);
 std::string encode_started();
-std::string encode_ready(bool idle);
+// `reload`: the application registered a reload hook (the worker can reload in place).
+std::string encode_ready(bool idle, bool reload = false);
 std::string encode_idle(bool idle);
 std::string encode_fatal(const PublicError& error);
+// The answers to a `reload`: the hook's report (null becomes {}), or the public error. `version`
+// is the reload's own (the set it was asked to run).
+std::string encode_reloaded(uint64_t id, std::string_view version, const nlohmann::json& report);
+std::string encode_reload_failed(uint64_t id, std::string_view version, const PublicError& error);
 
 }  // namespace corral::worker

@@ -12,16 +12,43 @@ TEST(ControlCodec, ParsesStart) {
   EXPECT_EQ(m->type, ManagerMessageType::kStart);
   EXPECT_EQ(m->start.address, "doc:42");
   EXPECT_EQ(m->start.start, (nlohmann::json{{"n", 1}}));
-  EXPECT_EQ(m->start.scripts, nlohmann::json::array({"a.js"}));
+  EXPECT_EQ(m->start.code.scripts, nlohmann::json::array({"a.js"}));
   EXPECT_EQ(m->start.lock, "/s/l");
+  EXPECT_EQ(m->start.code.version, "");  // a kind without code
+  EXPECT_EQ(m->start.code.dir, "");
+}
+
+TEST(ControlCodec, ParsesStartWithCode) {
+  auto m = parse_manager_message(
+      R"({"type":"start","lock":"/l","scripts":[{"path":"app.py","digest":"ab"}],)"
+      R"("code":{"version":"v1","dir":"/s/code/versions/doc/v1"}})");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->start.code.version, "v1");
+  EXPECT_EQ(m->start.code.dir, "/s/code/versions/doc/v1");
+  EXPECT_EQ(m->start.code.scripts, nlohmann::json::parse(R"([{"path":"app.py","digest":"ab"}])"));
+}
+
+TEST(ControlCodec, ParsesReload) {
+  auto m = parse_manager_message(R"({"type":"reload","id":7,"scripts":[{"path":"a","digest":"d"}],)"
+                                 R"("code":{"version":"v2","dir":"/c/v2"}})");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->type, ManagerMessageType::kReload);
+  EXPECT_EQ(m->reload.id, 7u);
+  EXPECT_EQ(m->reload.code.version, "v2");
+  EXPECT_EQ(m->reload.code.dir, "/c/v2");
+  EXPECT_EQ(m->reload.code.scripts, nlohmann::json::parse(R"([{"path":"a","digest":"d"}])"));
+  auto bare = parse_manager_message(R"({"type":"reload","id":1,"code":{"version":"v"}})");
+  ASSERT_TRUE(bare);
+  EXPECT_TRUE(bare->reload.code.scripts.is_array());
+  EXPECT_EQ(bare->reload.code.dir, "");
 }
 
 TEST(ControlCodec, StartDefaults) {
   auto m = parse_manager_message(R"({"type":"start","lock":"/l"})");
   ASSERT_TRUE(m);
   EXPECT_TRUE(m->start.start.is_null());
-  EXPECT_TRUE(m->start.scripts.is_array());
-  EXPECT_TRUE(m->start.scripts.empty());
+  EXPECT_TRUE(m->start.code.scripts.is_array());
+  EXPECT_TRUE(m->start.code.scripts.empty());
   EXPECT_EQ(m->start.address, "");
 }
 
@@ -36,10 +63,27 @@ TEST(ControlCodec, ParsesShutdownAndIgnoresUnknown) {
 }
 
 TEST(ControlCodec, RefusesMalformed) {
-  for (const char* bad :
-       {"", "{", "[]", "42", R"({"kind":"start"})", R"({"type":7})", R"({"type":"start"})",
-        R"({"type":"start","lock":""})", R"({"type":"start","lock":"/l","scripts":{}})",
-        R"({"type":"start","lock":"/l","address":3})"}) {
+  for (const char* bad : {"",
+                          "{",
+                          "[]",
+                          "42",
+                          R"({"kind":"start"})",
+                          R"({"type":7})",
+                          R"({"type":"start"})",
+                          R"({"type":"start","lock":""})",
+                          R"({"type":"start","lock":"/l","scripts":{}})",
+                          R"({"type":"start","lock":"/l","address":3})",
+                          R"({"type":"start","lock":"/l","code":"v"})",
+                          R"({"type":"start","lock":"/l","code":{"dir":"/d"}})",
+                          R"({"type":"reload","code":{"version":"v"}})",
+                          R"({"type":"reload","id":0,"code":{"version":"v"}})",
+                          R"({"type":"reload","id":-1,"code":{"version":"v"}})",
+                          R"({"type":"reload","id":"1","code":{"version":"v"}})",
+                          R"({"type":"reload","id":1.5,"code":{"version":"v"}})",
+                          R"({"type":"reload","id":1})",
+                          R"({"type":"reload","id":1,"code":{"version":7}})",
+                          R"({"type":"reload","id":1,"code":{"version":"v","dir":1}})",
+                          R"({"type":"reload","id":1,"code":{"version":"v"},"scripts":"a"})"}) {
     auto m = parse_manager_message(bad);
     EXPECT_FALSE(m) << bad;
   }
@@ -49,6 +93,18 @@ TEST(ControlCodec, EncodesWorkerMessages) {
   EXPECT_EQ(nlohmann::json::parse(encode_started()), (nlohmann::json{{"type", "started"}}));
   EXPECT_EQ(nlohmann::json::parse(encode_ready(true)),
             (nlohmann::json{{"type", "ready"}, {"idle", true}}));
+  EXPECT_EQ(nlohmann::json::parse(encode_ready(false, true)),
+            (nlohmann::json{{"type", "ready"}, {"idle", false}, {"reload", true}}));
+  EXPECT_EQ(
+      nlohmann::json::parse(encode_reloaded(7, "v2", {{"n", 1}})),
+      (nlohmann::json{{"type", "reloaded"}, {"id", 7}, {"version", "v2"}, {"report", {{"n", 1}}}}));
+  EXPECT_EQ(nlohmann::json::parse(encode_reloaded(1, "v", nullptr))["report"],
+            nlohmann::json::object());
+  EXPECT_EQ(nlohmann::json::parse(encode_reload_failed(3, "v", {"cannot", "no_reload", ""})),
+            (nlohmann::json{{"type", "reloaded"},
+                            {"id", 3},
+                            {"version", "v"},
+                            {"error", {{"message", "cannot"}, {"code", "no_reload"}}}}));
   EXPECT_EQ(nlohmann::json::parse(encode_idle(false)),
             (nlohmann::json{{"type", "idle"}, {"idle", false}}));
 }

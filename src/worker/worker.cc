@@ -345,10 +345,13 @@ class Worker {
   std::string_view address() const { return address_; }
   std::string_view state_dir() const { return state_dir_; }
   const nlohmann::json& start_data() const { return start_.start; }
-  const nlohmann::json& scripts() const { return start_.scripts; }
+  const nlohmann::json& scripts() const { return code_.scripts; }
+  std::string_view code_version() const { return code_.version; }
+  std::string_view code_dir() const { return code_.dir; }
   core::EventLoop& loop() { return loop_; }
   core::Logger& log() { return log_; }
   void on_close(std::function<void()> closer) { closers_.push_back(std::move(closer)); }
+  void on_reload(ReloadHook hook) { reload_hook_ = std::move(hook); }
 
   void busy_add(int delta) {
     busy_ += delta;
@@ -362,6 +365,16 @@ class Worker {
   void fatal(const std::exception& e) {
     log_.error("worker_fatal", "address=\"{}\" error=\"{}\"", address_, e.what());
     if (state_ >= State::kStopping) return;  // already on the way out; one `fatal` is enough
+    send_fatal(redact(e));
+  }
+
+ private:
+  int setup_failed(const core::Error& e) {
+    log_.error("worker_setup_failed", "error=\"{}\"", e.reason);
+    return kExitFatal;
+  }
+
+  PublicError redact(const std::exception& e) {
     PublicError p;
     try {
       p = options_.redact(e);
@@ -369,13 +382,7 @@ class Worker {
       p = default_redact(e);
     }
     if (p.message.empty()) p.message = "internal error";
-    send_fatal(p);
-  }
-
- private:
-  int setup_failed(const core::Error& e) {
-    log_.error("worker_setup_failed", "error=\"{}\"", e.reason);
-    return kExitFatal;
+    return p;
   }
 
   void send_fatal(const PublicError& p) {
@@ -394,8 +401,17 @@ class Worker {
           return;
         }
         start_ = std::move(m.start);
+        code_ = start_.code;
         if (!start_.address.empty()) address_ = start_.address;
         take_lock();
+        return;
+      case ManagerMessageType::kReload:
+        if (state_ >= State::kStopping) {
+          log_.debug("control_message_ignored", "type=\"reload\" reason=\"stopping\"");
+          return;
+        }
+        reloads_.push_back(std::move(m.reload));
+        schedule_reload();
         return;
       case ManagerMessageType::kUnknown:
         log_.debug("control_message_ignored", "type=\"{}\"", m.type_name);
@@ -452,8 +468,60 @@ class Worker {
     server_->publish(std::move(site.value()));
     state_ = State::kRunning;
     reported_idle_ = idle();
-    channel_.send(encode_ready(reported_idle_));
-    log_.info("worker_ready", "address=\"{}\" routes={}", address_, server_->site()->route_count());
+    channel_.send(encode_ready(reported_idle_, static_cast<bool>(reload_hook_)));
+    log_.info("worker_ready", "address=\"{}\" routes={} reload={}", address_,
+              server_->site()->route_count(), reload_hook_ ? "true" : "false");
+    schedule_reload();  // what arrived before `ready`
+  }
+
+  // One reload per loop round, from a zero timer: the I/O of the round (requests, a `shutdown`)
+  // is dispatched between two hooks. Only once running: a reload that arrives before `ready`
+  // waits in the queue.
+  void schedule_reload() {
+    if (state_ != State::kRunning || reloads_.empty() || reload_timer_.armed()) return;
+    reload_timer_.bind(loop_.timers(), [this] { apply_next_reload(); });
+    reload_timer_.arm_after(0);
+  }
+
+  void apply_next_reload() {
+    if (state_ != State::kRunning || reloads_.empty()) return;
+    ReloadMessage r = std::move(reloads_.front());
+    reloads_.pop_front();
+    if (!reload_hook_) {
+      log_.warn("worker_reload_failed", "address=\"{}\" id={} error=\"no reload hook\"", address_,
+                r.id);
+      channel_.send(encode_reload_failed(r.id, r.code.version,
+                                         {"This worker cannot reload in place.", "no_reload", ""}));
+      return schedule_reload();
+    }
+    busy_add(1);  // `idle:false` goes out before the hook runs
+    nlohmann::json report;
+    std::optional<PublicError> error;
+    try {
+      ReloadHook hook = reload_hook_;  // the hook may replace itself (on_reload) while it runs
+      report = hook(r.code);
+    } catch (const std::exception& e) {
+      log_.error("worker_reload_failed", "address=\"{}\" id={} version={} error=\"{}\"", address_,
+                 r.id, r.code.version, e.what());
+      error = redact(e);
+    } catch (...) {
+      log_.error("worker_reload_failed", "address=\"{}\" id={} version={} error=\"{}\"", address_,
+                 r.id, r.code.version, "non-exception");
+      error = redact(std::runtime_error("the reload hook threw a non-exception"));
+    }
+    // A hook that called fatal(): the stop is under way and nothing more is answered.
+    if (state_ != State::kRunning) return;
+    if (error) {
+      channel_.send(encode_reload_failed(r.id, r.code.version, *error));
+    } else {
+      code_ = std::move(r.code);
+      log_.info("worker_reloaded", "address=\"{}\" id={} version={}", address_, r.id,
+                code_.version);
+      channel_.send(encode_reloaded(r.id, code_.version, report));
+    }
+    // After `reloaded`: an idle flip the manager sees follows the reply.
+    busy_add(-1);
+    schedule_reload();
   }
 
   bool idle() const { return (!server_ || server_->idle()) && busy_ == 0; }
@@ -493,6 +561,8 @@ class Worker {
     log_.info("worker_stopping", "address=\"{}\" reason={}", address_, why);
     arm_force_exit(options_.force_exit_ms, status);
     if (lock_waiter_) loop_.destroy_later(std::move(lock_waiter_));
+    reloads_.clear();  // a reload during a stop is ignored: the manager settles it by the exit
+    reload_timer_.cancel();
     if (server_ && was == State::kRunning) {
       server_->close([this] { finish(); });
     } else {
@@ -527,6 +597,10 @@ class Worker {
   std::unique_ptr<http::Server> server_;
   std::vector<std::function<void()>> closers_;
   StartMessage start_;
+  CodeUpdate code_;  // what runs: start's, then each successful reload's
+  ReloadHook reload_hook_;
+  std::deque<ReloadMessage> reloads_;  // waiting, in arrival order
+  core::Timer reload_timer_;
   std::string address_;
   std::string state_dir_;
   State state_ = State::kWaitingStart;
@@ -547,6 +621,15 @@ const nlohmann::json& WorkerContext::start_data() const {
 }
 const nlohmann::json& WorkerContext::scripts() const {
   return worker_.scripts();
+}
+std::string_view WorkerContext::code_version() const {
+  return worker_.code_version();
+}
+std::string_view WorkerContext::code_dir() const {
+  return worker_.code_dir();
+}
+void WorkerContext::on_reload(ReloadHook hook) {
+  worker_.on_reload(std::move(hook));
 }
 core::EventLoop& WorkerContext::loop() {
   return worker_.loop();

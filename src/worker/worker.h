@@ -9,13 +9,25 @@
 //      sends `started`;
 //   3. calls the application's setup function with a WorkerContext and a SiteBuilder (a throw, or
 //      routes that do not build, is a `fatal` with the redacted error and exit status 1);
-//   4. publishes the site on the listening socket, sends `ready {idle}`, then `idle {idle}` on
-//      every flip of (no request in flight, no upgraded connection, busy count zero);
-//   5. stops on `shutdown`, SIGTERM/SIGINT, parent death or a lost control link (EOF on fd 3):
+//   4. publishes the site on the listening socket, sends `ready {idle, reload}` (`reload: true`
+//      when setup registered a reload hook), then `idle {idle}` on every flip of (no request in
+//      flight, no upgraded connection, busy count zero);
+//   5. applies each `reload {id, scripts, code}` (below) and answers `reloaded`;
+//   6. stops on `shutdown`, SIGTERM/SIGINT, parent death or a lost control link (EOF on fd 3):
 //      stops accepting, lets running requests finish for at most half of force_exit_ms, runs the
 //      closers in reverse order of registration, and returns 0. If any of that hangs, the process
 //      _exits(0) force_exit_ms after the stop began (a SIGALRM timer, so a closer stuck outside
 //      the loop cannot hold it).
+//
+// Reloading in place (docs/worker-protocol.md, "Code and reload"): a rollout sends the kind's new
+// set of code. The library runs the application's reload hook with it on the loop, between two
+// events: requests in flight continue around it (none progresses while the hook itself runs, so
+// a hook should be quick: read the new files, swap what the routes use), and the worker counts as
+// busy meanwhile. Its return value is the `report` of `reloaded {id, version, report}`; a throw is
+// `reloaded {id, version, error: redact(e)}` (the original to stderr) and the worker keeps its old
+// code; without a hook the answer is the error `no_reload`. Reloads are applied one at a time in
+// arrival order; one that arrives before `ready` waits until `ready` was sent; during a stop they
+// are ignored. After a hook returns, code_version(), code_dir() and scripts() are the new set's.
 //
 // WorkerContext::fatal() reports a redacted error and stops the same way with status 1: the
 // closers still run (they release what setup took), but nothing is served any more.
@@ -24,7 +36,8 @@
 // for the same address cannot start before this one's state is written.
 //
 // Lifetime and threading: one worker_main per process, on the calling thread; the context and
-// everything it hands out live until worker_main returns. Only the lock wait uses a second thread.
+// everything it hands out live until worker_main returns. Only the lock wait uses a second thread;
+// setup, routes, closers and the reload hook all run on the loop's thread.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +58,10 @@ namespace corral::worker {
 
 class Worker;  // worker.cc
 
+// A reload hook: the new set (CodeUpdate, worker/control.h: version, dir, scripts) in, the report
+// out.
+using ReloadHook = std::function<nlohmann::json(const CodeUpdate&)>;
+
 // What the application's setup function (and its routes) may use. Borrowed: valid until
 // worker_main returns.
 class WorkerContext {
@@ -55,7 +72,11 @@ class WorkerContext {
   std::string_view address() const;          // "doc:42", from `start` (else CORRAL_ADDRESS)
   std::string_view state_dir() const;        // CORRAL_STATE_DIR ("" when unset)
   const nlohmann::json& start_data() const;  // `start.start`; null when the kind has none
-  const nlohmann::json& scripts() const;     // `start.scripts`; an array, maybe empty
+  // The code the worker runs: `start`'s `scripts` and `code`, then each reload's after its hook
+  // returned. Empty version and dir (and no scripts) for a kind without code.
+  const nlohmann::json& scripts() const;  // [{"path","digest"}, ...]; an array, maybe empty
+  std::string_view code_version() const;  // hex SHA-256 of the set
+  std::string_view code_dir() const;      // the snapshot: read-only files, never the live dir
   core::EventLoop& loop();
   core::Logger& log();  // stderr, which the manager prefixes with the address
 
@@ -65,6 +86,11 @@ class WorkerContext {
   // The application's own work (a timer, a background job) holds the worker busy, so it is not
   // reported idle and not stopped for idleness. Every +1 needs its -1.
   void busy_add(int delta);
+  // The worker can load a new set of its kind's code in place: `hook` runs on the loop with the
+  // new set and returns the report (any JSON; null becomes {}), or throws if the set cannot be
+  // used (the worker then keeps its old code). Register it in setup: `ready` tells the manager
+  // whether there is one. A second call replaces the hook.
+  void on_reload(ReloadHook hook);
   // The worker cannot go on: sends `fatal` with redact(e) (the original goes to stderr only),
   // then stops (closers run) and worker_main returns 1. Returns to the caller; a route that calls
   // it still returns a response, which the client may or may not receive.

@@ -1,11 +1,13 @@
 // worker_main in a forked child, driven from the test as the manager would drive it. What the
-// example workers cannot show lives here: the forced exit, a throwing setup, a bad environment.
+// example workers cannot show lives here: the forced exit, a throwing setup, a bad environment,
+// what a reload hook sees of the context.
 // (tests/worker/test_worker_protocol.py covers the protocol end to end with both examples.)
 #include "worker/worker.h"
 
 #include <fcntl.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -64,12 +66,27 @@ class WorkerProcess {
     ASSERT_EQ(::send(control_.get(), packet.data(), packet.size(), MSG_NOSIGNAL),
               static_cast<ssize_t>(packet.size()));
   }
-  void send_start() {
-    send(nlohmann::json{{"type", "start"},
-                        {"address", "test:1"},
-                        {"start", {{"k", "v"}}},
-                        {"lock", (dir_ / "test.lock").string()}}
+  // `extra` is merged into the message (e.g. `scripts` and `code`).
+  void send_start(const nlohmann::json& extra = nlohmann::json::object()) {
+    nlohmann::json m = {
+        {"type", "start"}, {"address", "test:1"}, {"start", {{"k", "v"}}}, {"lock", lock_path()}};
+    m.update(extra);
+    send(m.dump());
+  }
+  void send_reload(uint64_t id, const std::string& version) {
+    send(nlohmann::json{{"type", "reload"},
+                        {"id", id},
+                        {"scripts", {{{"path", version + ".py"}, {"digest", "00"}}}},
+                        {"code", {{"version", version}, {"dir", "/code/" + version}}}}
              .dump());
+  }
+  std::string lock_path() const { return (dir_ / "test.lock").string(); }
+  // The next message that is not an `idle` flip (they come and go with the busy count).
+  nlohmann::json recv_skipping_idle(int timeout_ms = 5000) {
+    for (;;) {
+      nlohmann::json m = recv(timeout_ms);
+      if (m.is_null() || m["type"] != "idle") return m;
+    }
   }
   // The next message; null on EOF or after timeout_ms.
   nlohmann::json recv(int timeout_ms = 5000) {
@@ -187,6 +204,144 @@ TEST(WorkerMain, BusyCountHoldsIdleAcrossReady) {
   EXPECT_EQ(w.recv(), (nlohmann::json{{"type", "ready"}, {"idle", false}}));
   EXPECT_EQ(w.recv(), (nlohmann::json{{"type", "idle"}, {"idle", true}}));
   w.send(R"({"type":"shutdown"})");
+  int status = w.wait();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// The hook sees the new set; the context shows it only once the hook returned.
+TEST(WorkerMain, ReloadRunsTheHookAndThenTheContextHasTheNewSet) {
+  WorkerProcess w(
+      [](WorkerContext& ctx, http::SiteBuilder& site) {
+        ctx.on_reload([&ctx](const CodeUpdate& u) {
+          return nlohmann::json{{"before", ctx.code_version()},
+                                {"before_dir", ctx.code_dir()},
+                                {"before_scripts", ctx.scripts()},
+                                {"new", u.version},
+                                {"dir", u.dir},
+                                {"scripts", u.scripts}};
+        });
+        site.route("GET /", [](http::Request&) { return http::Response::text("ok"); });
+      },
+      {});
+  nlohmann::json v1_scripts = {{{"path", "app.py"}, {"digest", "11"}}};
+  w.send_start({{"scripts", v1_scripts}, {"code", {{"version", "v1"}, {"dir", "/code/v1"}}}});
+  EXPECT_EQ(w.recv()["type"], "started");
+  EXPECT_EQ(w.recv(), (nlohmann::json{{"type", "ready"}, {"idle", true}, {"reload", true}}));
+  w.send_reload(1, "v2");
+  // Busy while the hook runs: `idle:false` before the reply.
+  EXPECT_EQ(w.recv(), (nlohmann::json{{"type", "idle"}, {"idle", false}}));
+  auto r1 = w.recv();
+  EXPECT_EQ(r1["type"], "reloaded");
+  EXPECT_EQ(r1["id"], 1);
+  EXPECT_EQ(r1["version"], "v2");
+  EXPECT_EQ(r1["report"]["before"], "v1");
+  EXPECT_EQ(r1["report"]["before_dir"], "/code/v1");
+  EXPECT_EQ(r1["report"]["before_scripts"], v1_scripts);
+  EXPECT_EQ(r1["report"]["new"], "v2");
+  EXPECT_EQ(r1["report"]["dir"], "/code/v2");
+  EXPECT_EQ(r1["report"]["scripts"], (nlohmann::json{{{"path", "v2.py"}, {"digest", "00"}}}));
+  EXPECT_EQ(w.recv(), (nlohmann::json{{"type", "idle"}, {"idle", true}}));
+  w.send_reload(2, "v3");
+  auto r2 = w.recv_skipping_idle();
+  EXPECT_EQ(r2["id"], 2);
+  EXPECT_EQ(r2["report"]["before"], "v2");
+  EXPECT_EQ(r2["report"]["before_dir"], "/code/v2");
+  EXPECT_EQ(r2["report"]["before_scripts"],
+            (nlohmann::json{{{"path", "v2.py"}, {"digest", "00"}}}));
+  w.send(R"({"type":"shutdown"})");
+  int status = w.wait();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+TEST(WorkerMain, ThrowingReloadIsRedactedAndTheOldSetStays) {
+  WorkerOptions options;
+  options.redact = [](const std::exception&) {
+    return PublicError{"the set is refused", "bad_set", "syntax"};
+  };
+  WorkerProcess w(
+      [](WorkerContext& ctx, http::SiteBuilder& site) {
+        ctx.on_reload([&ctx](const CodeUpdate& u) -> nlohmann::json {
+          if (u.version == "bad") throw std::runtime_error("password secret-123");
+          if (u.version == "worse") throw 42;
+          return {{"before", ctx.code_version()}};
+        });
+        site.route("GET /", [](http::Request&) { return http::Response::text("ok"); });
+      },
+      options);
+  w.send_start({{"code", {{"version", "v1"}, {"dir", "/code/v1"}}}});
+  EXPECT_EQ(w.recv()["type"], "started");
+  EXPECT_EQ(w.recv()["type"], "ready");
+  w.send_reload(1, "bad");
+  w.send_reload(2, "worse");
+  w.send_reload(3, "v2");
+  nlohmann::json error = {
+      {"message", "the set is refused"}, {"code", "bad_set"}, {"reason", "syntax"}};
+  EXPECT_EQ(
+      w.recv_skipping_idle(),
+      (nlohmann::json{{"type", "reloaded"}, {"id", 1}, {"version", "bad"}, {"error", error}}));
+  EXPECT_EQ(
+      w.recv_skipping_idle(),
+      (nlohmann::json{{"type", "reloaded"}, {"id", 2}, {"version", "worse"}, {"error", error}}));
+  auto ok = w.recv_skipping_idle();
+  EXPECT_EQ(ok["id"], 3);
+  EXPECT_EQ(ok["report"], (nlohmann::json{{"before", "v1"}}));  // the failed sets never ran
+  w.send(R"({"type":"shutdown"})");
+  ASSERT_NE(w.wait(), -1);
+}
+
+// Reloads that arrive while the worker waits for its lock (before `ready`) are applied in order
+// once `ready` was sent; without a hook each is answered `no_reload`.
+TEST(WorkerMain, ReloadsBeforeReadyWaitAndNoHookIsNoReload) {
+  WorkerProcess w(
+      [](WorkerContext&, http::SiteBuilder& site) {
+        site.route("GET /", [](http::Request&) { return http::Response::text("ok"); });
+      },
+      {});
+  core::UniqueFd held(::open(w.lock_path().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  ASSERT_TRUE(held);
+  ASSERT_EQ(::flock(held.get(), LOCK_EX), 0);  // the worker waits for it after `start`
+  w.send_start();
+  w.send_reload(1, "v2");
+  w.send_reload(2, "v3");
+  EXPECT_TRUE(w.recv(200).is_null());  // nothing before the lock
+  held.reset();
+  EXPECT_EQ(w.recv()["type"], "started");
+  EXPECT_EQ(w.recv(), (nlohmann::json{{"type", "ready"}, {"idle", true}}));  // no "reload"
+  nlohmann::json no_reload = {{"message", "This worker cannot reload in place."},
+                              {"code", "no_reload"}};
+  EXPECT_EQ(
+      w.recv(),
+      (nlohmann::json{{"type", "reloaded"}, {"id", 1}, {"version", "v2"}, {"error", no_reload}}));
+  EXPECT_EQ(
+      w.recv(),
+      (nlohmann::json{{"type", "reloaded"}, {"id", 2}, {"version", "v3"}, {"error", no_reload}}));
+  w.send(R"({"type":"shutdown"})");
+  ASSERT_NE(w.wait(), -1);
+}
+
+TEST(WorkerMain, ReloadDuringAStopIsIgnored) {
+  bool ran = false;
+  WorkerProcess w(
+      [&ran](WorkerContext& ctx, http::SiteBuilder& site) {
+        ctx.on_reload([&ran](const CodeUpdate&) {
+          ran = true;
+          return nlohmann::json();
+        });
+        // The parent sees whether the hook ran: the closer exits 3 if it did.
+        ctx.on_close([&ran] {
+          if (ran) _exit(3);
+        });
+        site.route("GET /", [](http::Request&) { return http::Response::text("ok"); });
+      },
+      {});
+  w.send_start();
+  EXPECT_EQ(w.recv()["type"], "started");
+  EXPECT_EQ(w.recv()["type"], "ready");
+  w.send(R"({"type":"shutdown"})");
+  w.send_reload(1, "v2");
+  EXPECT_TRUE(w.recv_skipping_idle().is_null());  // EOF: no `reloaded`
   int status = w.wait();
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);

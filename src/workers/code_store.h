@@ -45,7 +45,8 @@ class CodeStore {
   // its history; a version already stored is reused, not copied again).
   core::Result<CodeSet> snapshot(const std::string& kind, const std::string& dir);
   // A kept version of the kind by its full hex version or a unique prefix of at least 8 hex
-  // digits; with `make_current` it is appended to the history (a rollback).
+  // digits; with `make_current` it is appended to the history (a rollback). Errors: ENOENT no
+  // such kept version; EINVAL not hex, shorter than 8 digits, or ambiguous (the reason says which).
   core::Result<CodeSet> find(const std::string& kind, const std::string& version_or_prefix,
                              bool make_current);
   // The kind's kept versions, newest first (distinct).
@@ -60,7 +61,19 @@ class CodeStore {
 
  private:
   explicit CodeStore(std::string root) : root_(std::move(root)) {}
+  core::Result<std::string> kind_dir(const std::string& kind) const;  // versions/<kind>
+  // Copies one file into objects/ (unless its content is there already); returns its digest.
+  core::Result<std::string> store_object(const std::string& source);
+  // versions/<kind>/<version>/ and its manifest, unless they exist.
+  core::Result<void> build_version(const std::string& kdir, const CodeSet& set);
+  core::Result<CodeSet> load(const std::string& kdir, const std::string& version) const;
+  core::Result<std::vector<std::string>> read_history(const std::string& kdir) const;
+  core::Result<void> write_history(const std::string& kdir,
+                                   const std::vector<std::string>& history);
+  core::Result<void> make_current(const std::string& kdir, const std::string& version);
+
   std::string root_;
+  bool wrote_object_ = false;  // during a snapshot: objects/ needs an fsync
 };
 
 }  // namespace corral::workers

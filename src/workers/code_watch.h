@@ -20,9 +20,8 @@ namespace corral::workers {
 class CodeWatcher final : public core::IoHandler {
  public:
   // Watches `dir` (recursively) until destroyed; the error names the path inotify refused.
-  static core::Result<std::unique_ptr<CodeWatcher>> create(core::EventLoop& loop,
-                                                           core::Logger& log, std::string dir,
-                                                           uint32_t settle_ms,
+  static core::Result<std::unique_ptr<CodeWatcher>> create(core::EventLoop& loop, core::Logger& log,
+                                                           std::string dir, uint32_t settle_ms,
                                                            std::function<void()> on_change);
   ~CodeWatcher();
   CodeWatcher(const CodeWatcher&) = delete;
@@ -34,6 +33,7 @@ class CodeWatcher final : public core::IoHandler {
   CodeWatcher(core::EventLoop& loop, core::Logger& log, std::string dir, uint32_t settle_ms,
               std::function<void()> on_change);
   core::Result<void> add_tree(const std::string& dir);
+  void drop_tree(const std::string& dir);  // unwatches `dir` and everything under it
 
   core::EventLoop& loop_;
   core::Logger& log_;

@@ -29,6 +29,15 @@ void child_fail(const char* what) {
 
 }  // namespace
 
+ProcessLauncher::ProcessLauncher() : containment_(Containment::rlimits_only()) {}
+
+ProcessLauncher::ProcessLauncher(std::unique_ptr<Containment> containment)
+    : containment_(std::move(containment)) {}
+
+ExitCause ProcessLauncher::reaped(pid_t pid) {
+  return containment_->reaped(pid);
+}
+
 core::Result<Launched> ProcessLauncher::launch(const LaunchSpec& spec) {
   if (spec.command.empty() && !spec.in_process)
     return core::Error{EINVAL, "the kind has no command"};
@@ -65,11 +74,20 @@ core::Result<Launched> ProcessLauncher::launch(const LaunchSpec& spec) {
   core::UniqueFd err_rd(p[0]), err_wr(p[1]);
   core::UniqueFd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (!devnull) return core::errno_error("open /dev/null");
+  auto confinement = containment_->prepare(spec.address, spec.limits);
+  if (!confinement) return confinement.error();
 
   pid_t parent = getpid();
   pid_t pid = fork();
-  if (pid < 0) return core::errno_error("fork");
+  if (pid < 0) {
+    auto e = core::errno_error("fork");
+    containment_->adopt(std::move(confinement.value()), 0);
+    return e;
+  }
   if (pid == 0) {
+    // First of all: the worker's group (so all it forks is inside too) and its rlimits.
+    const char* step = nullptr;
+    if (!Containment::enter(confinement.value(), &step)) child_fail(step);
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(0);  // the supervisor died before prctl
@@ -100,6 +118,7 @@ core::Result<Launched> ProcessLauncher::launch(const LaunchSpec& spec) {
     execvpe(argv[0], argv.data(), envp.data());
     child_fail(argv[0]);
   }
+  containment_->adopt(std::move(confinement.value()), pid);
   Launched l;
   l.pid = pid;
   // The child set its own group, but the parent sets it too: a kill of the group right after
@@ -110,6 +129,7 @@ core::Result<Launched> ProcessLauncher::launch(const LaunchSpec& spec) {
     auto e = core::errno_error("pidfd_open");
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
+    (void)containment_->reaped(pid);
     return e;
   }
   for (int fd : {control.get(), out_rd.get(), err_rd.get()})

@@ -17,6 +17,11 @@
 // is the exit status (_exit: none of the supervisor's destructors or atexit handlers run in the
 // child). That is only sound because the supervisor is single-threaded (fork copies one thread).
 //
+// Containment (workers/containment.h): LaunchSpec::limits are applied in the child before it
+// does anything else, by joining its cgroup v2 group (made before the fork) or by rlimits; a
+// failure there, like an exec failure, ends the child with 127. reaped() after a worker's exit
+// removes its group and says whether its memory limit ended it.
+//
 // An exec failure is written to the child's stderr and the child exits 127: the manager sees an
 // exit before `started`, a failed start. launch() allocates everything before fork(), so the child
 // only makes async-signal-safe calls. Stateless; call on the supervisor's thread.
@@ -31,6 +36,7 @@
 
 #include "core/result.h"
 #include "core/unique_fd.h"
+#include "workers/containment.h"
 
 namespace corral::workers {
 
@@ -42,6 +48,7 @@ struct LaunchSpec {
   int listen_fd = -1;  // becomes fd 4 in the child; the caller keeps (and closes) its copy
   // Set: run this in the forked child instead of exec'ing `command` (which may then be empty).
   std::function<int()> in_process;
+  Limits limits;  // the kind's (containment.h)
 };
 
 struct Launched {
@@ -56,11 +63,20 @@ class Launcher {
  public:
   virtual ~Launcher() = default;
   virtual core::Result<Launched> launch(const LaunchSpec& spec) = 0;
+  // After the worker `pid` was reaped (its pidfd's waitid): what its containment says of it.
+  virtual ExitCause reaped(pid_t /*pid*/) { return {}; }
 };
 
 class ProcessLauncher final : public Launcher {
  public:
+  ProcessLauncher();  // limits as rlimits (Containment::rlimits_only)
+  explicit ProcessLauncher(std::unique_ptr<Containment> containment);
   core::Result<Launched> launch(const LaunchSpec& spec) override;
+  ExitCause reaped(pid_t pid) override;
+  const Containment& containment() const { return *containment_; }
+
+ private:
+  std::unique_ptr<Containment> containment_;
 };
 
 }  // namespace corral::workers

@@ -46,11 +46,6 @@ std::optional<std::string> dump_message(core::Logger& log, const nlohmann::json&
   }
 }
 
-// JSON for the log only (lossy is fine there): never throws.
-core::Verbatim log_json(const nlohmann::json& j) {
-  return {j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
-}
-
 // Whether `pid` is on its way out (the kernel's PF_EXITING in /proc/PID/stat's flags): killed or
 // exiting, but not yet reported by its pidfd. A process whose threads take long to die (a busy
 // machine, many threads) closes its fds only with its last thread, and the exit follows.
@@ -74,8 +69,14 @@ bool exiting(pid_t pid) {
   return state == 'Z' || state == 'X' || (flags & kPfExiting) != 0;
 }
 
-// A child's `fatal` error cut down to the public fields: three bounded strings, nothing else.
-nlohmann::json sanitize_error(const nlohmann::json& e) {
+std::string exit_text(const siginfo_t& info) {
+  if (info.si_code == CLD_EXITED) return "exit " + std::to_string(info.si_status);
+  return "signal " + std::to_string(info.si_status);
+}
+
+}  // namespace
+
+nlohmann::json detail::sanitize_error(const nlohmann::json& e) {
   nlohmann::json out = {{"message", "The worker failed."}};
   if (!e.is_object()) return out;
   for (const char* key : {"message", "code", "reason"}) {
@@ -94,13 +95,6 @@ nlohmann::json sanitize_error(const nlohmann::json& e) {
   }
   return out;
 }
-
-std::string exit_text(const siginfo_t& info) {
-  if (info.si_code == CLD_EXITED) return "exit " + std::to_string(info.si_status);
-  return "signal " + std::to_string(info.si_status);
-}
-
-}  // namespace
 
 void Manager::OutputReader::on_io(uint32_t) {
   if (fd && !w->exited) read_some();
@@ -236,6 +230,7 @@ void Manager::start(Slot& slot) {
   slot.socket_inode = ::stat(slot.socket_path.c_str(), &st) == 0 ? st.st_ino : 0;
   LaunchSpec spec{cfg.command,        cfg.env,         core::wire_encode(slot.address),
                   options_.state_dir, listener->get(), cfg.in_process};
+  spec.limits = cfg.limits;
   auto launched = launcher_->launch(spec);
   if (!launched) {
     ::unlink(slot.socket_path.c_str());
@@ -250,6 +245,7 @@ void Manager::start(Slot& slot) {
   w->err.fd = std::move(launched->err);
   w->listener = std::move(*listener);
   w->started_at = loop_.wall_seconds();
+  if (cfg.code) w->version = cfg.code->version;
   Worker* wp = w.get();
   w->start_timer.bind(loop_.timers(), [this, wp] { on_start_timeout(*wp); });
   w->kill_timer.bind(loop_.timers(), [wp] { kill(-wp->pid, SIGKILL); });
@@ -269,8 +265,9 @@ void Manager::start(Slot& slot) {
   nlohmann::json msg = {{"type", "start"},
                         {"address", core::wire_encode(slot.address)},
                         {"start", std::move(start_data)},
-                        {"scripts", nlohmann::json::array()},
+                        {"scripts", cfg.code ? cfg.code->scripts_json() : nlohmann::json::array()},
                         {"lock", options_.state_dir + "/locks/" + lock_file_name(slot.address)}};
+  if (cfg.code) msg["code"] = cfg.code->code_json();
   send(*wp, msg);
   changed(slot);
 }
@@ -318,23 +315,29 @@ void Manager::on_message(Worker& w, const nlohmann::json& msg) {
       w.started = true;
       w.start_timer.cancel();
       log_.info("worker_started", "address=\"{}\" pid={}", slot.address, w.pid);
-      if (w.stop_after_started && !w.stopping) begin_stop(w, "stop");
+      if (w.stop_after_started && !w.stopping) begin_stop(w, w.stop_reason);
     }
   }
   if (type == "ready") {
     if (w.ready || w.stopping) return;
     w.ready = true;
+    auto reload = msg.find("reload");
+    w.can_reload = reload != msg.end() && reload->is_boolean() && reload->get<bool>();
     w.idle = idle_of();
     w.served = !w.idle;
     w.idle_since = w.ready_at = loop_.now();
     log_.info("worker_ready", "address=\"{}\" pid={} idle={}", slot.address, w.pid, w.idle);
-    answer(slot, {slot.socket_path, 200, nullptr});
+    // A rollout may replace it now (its waiters then wait for the new worker).
+    rollout_on_ready(w);
+    if (!w.stopping) answer(slot, {slot.socket_path, 200, nullptr});
     changed(slot);
     if (std::exchange(w.counts_starting, false)) {
       --starting_;
       progress_ms_ = loop_.now();
       pump();
     }
+  } else if (type == "reloaded") {
+    rollout_on_reloaded(w, msg);
   } else if (type == "idle") {
     bool idle = idle_of();
     if (idle && !w.idle) w.idle_since = loop_.now();
@@ -343,6 +346,8 @@ void Manager::on_message(Worker& w, const nlohmann::json& msg) {
   } else if (type == "fatal") {
     auto it = msg.find("error");
     nlohmann::json pub = sanitize_error(it == msg.end() ? nlohmann::json() : *it);
+    // Containment (containment.h): an allocation failed under the kind's memory limit.
+    if (ended_by_memory_limit({}, pub, slot.kind->config.limits)) pub = memory_limit_error();
     if (w.stopping) {
       // An error while it stops (a closer failing) is no failure of the address: it was asked to
       // go.
@@ -376,6 +381,7 @@ void Manager::on_link_check(Worker& w) {
   }
   Slot& slot = *w.slot;
   const uint64_t now = loop_.now();
+  rollout_on_link_lost(slot);
   if (!w.ready) {
     return fail(slot, public_error("The worker lost its link.", "link_lost"),
                 "the control link closed before ready");
@@ -421,6 +427,7 @@ void Manager::fail(Slot& slot, nlohmann::json pub, std::string full) {
   slot.failed_at = loop_.wall_seconds();
   slot.start_queued = false;
   answer(slot, {{}, 503, slot.failed});
+  rollout_on_failed(slot);
   Worker* w = slot.worker.get();
   if (w && !w->stopping) {
     w->failure_log = std::move(full);  // logged at its exit, with all its stderr
@@ -445,6 +452,7 @@ void Manager::on_exit(Worker& w) {
       info.si_pid == 0)
     return;
   std::string how = exit_text(info);
+  ExitCause cause = launcher_->reaped(w.pid);  // its group is removed (containment.h)
   loop_.remove(w.pidfd.get());
   if (w.control) loop_.remove(w.control.get());
   w.out.drain();
@@ -468,17 +476,25 @@ void Manager::on_exit(Worker& w) {
     --awaiting_exit_;
   }
   remove_socket(slot);
+  // Containment: a worker its memory limit killed (its cgroup's OOM kill) fails with that reason
+  // (containment.h; under rlimits the worker's own `fatal` says so, on_message).
+  bool by_memory = !asked && ended_by_memory_limit(cause, nullptr, slot.kind->config.limits);
   if (!failure.empty()) {
     log_.error("worker_failed",
                "address=\"{}\" error=\"{}\" exit=\"{}\" public={} stderr_tail=\"{}\"", slot.address,
                failure, how, log_json(slot.failed), slot.tail);
   } else if (!asked) {
-    fail(slot, public_error("The worker exited unexpectedly.", "worker_exited"),
+    fail(slot,
+         by_memory ? memory_limit_error()
+                   : public_error("The worker exited unexpectedly.", "worker_exited"),
          (w.started ? "exited: " : "exited before `started`: ") + how);
   }
+  // A rollout's replacement starts at once, waited for or not.
+  bool replace = rollout_on_exit(slot, !failure.empty() || !asked);
   if (slot.start_queued) {
     slot.start_queued = false;
-    if (!slot.waiters.empty()) enqueue(slot);  // fail() above answered them if it crashed
+    if (!slot.waiters.empty() || replace)
+      enqueue(slot);  // fail() above answered them if it crashed
   }
   if (closing_ && workers_live_ == 0) finish_close();
   settle(slot);
@@ -535,21 +551,10 @@ void Manager::on_output(Worker& w, bool is_err, std::string_view data, bool eof)
     r.partial.clear();
   }
   if (lines.empty()) return;
-  int fd = log_fd(*slot.kind);
-  if (fd >= 0) {
-    [[maybe_unused]] ssize_t n = ::write(fd, lines.data(), lines.size());
-  }
-}
-
-int Manager::log_fd(const Kind& kind) {
-  auto it = log_fds_.find(kind.config.name);
-  if (it != log_fds_.end()) return it->second.get();
-  std::string path = options_.state_dir + "/logs/" + kind.config.name + ".log";
-  core::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
-  if (!fd) log_.error("worker_log_failed", "path=\"{}\" error=\"{}\"", path, strerror(errno));
-  int raw = fd.get();
-  if (fd) log_fds_.emplace(kind.config.name, std::move(fd));
-  return raw;
+  const KindConfig& cfg = slot.kind->config;
+  KindLog& file = kind_logs_.of(cfg.name, options_.state_dir + "/logs", cfg.log_rotation);
+  if (auto r = file.write(lines); !r)
+    log_.error("worker_log_failed", "path=\"{}\" error=\"{}\"", file.path(), r.error().reason);
 }
 
 // A connection in the worker's accept queue: a request handed to it that it has not taken yet
@@ -651,6 +656,7 @@ void Manager::close(std::function<void()> done) {
   }
   closing_ = true;
   close_done_ = std::move(done);
+  rollout_on_close();
   log_.info("workers_closing", "workers={}", workers_live_);
   std::vector<Slot*> slots;
   for (auto& [address, slot] : slots_) slots.push_back(slot.get());

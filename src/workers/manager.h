@@ -39,13 +39,25 @@
 //    the stops overlap the starts). A start queued for the kind's start_timeout
 //    while no start finished and no worker exited gets 503 `start_limit`. A cancelled queued
 //    start (stop, suspend, close) leaves no entry.
+//  * code (issue 13, manager_rollout.cc): `start` carries the kind's current set (`scripts`,
+//    `code`), which is the version the worker runs (its state entry's `version`) until a
+//    `reloaded` with a report sets another. rollout() replaces the set, clears the kind's
+//    failures and brings every live worker (starting or running, not stopping) on another set to
+//    it: in place (`reload`; one in flight per worker, the newest set waits for its reply, and a
+//    reply after its rollout gave up still frees the slot and, on success, sets the version) or
+//    by replacement (stopped with its start queued, so requests wait, and started again at once).
+//    Each entry settles at its reply, the replacement's `ready`, the worker's exit (clean:
+//    `stopped`; a crash: its error, the address failed), its lost link, or reload_timeout_ms
+//    after the call (code reload_timeout; for a replacement too); close() settles what is left
+//    `stopped`. A worker not ready yet in automatic mode is decided at its `ready`.
 //
 // Addresses are bytes (anything a route's percent-decoding yields): the API takes and gives them
 // raw, state() keys them by their wire form (core::wire_encode), and so does every message and
 // environment variable a worker gets (docs/worker-protocol.md).
 //
 // Output: stdout/stderr lines are appended to <state>/logs/<kind>.log as "<address> <line>" (the
-// address in its wire form with spaces as %20, the line log-escaped), and
+// address in its wire form with spaces as %20, the line log-escaped; the file rotates by size,
+// workers/kind_log.h), and
 // the last 64 KiB of stderr are kept per address (while the address has an entry).
 //
 // Lifetime: one Manager per supervisor, destroyed before its loop; its destructor SIGKILLs and
@@ -71,6 +83,7 @@
 #include "core/log.h"
 #include "core/result.h"
 #include "workers/code_set.h"
+#include "workers/kind_log.h"
 #include "workers/launcher.h"
 
 namespace corral::http {
@@ -111,6 +124,12 @@ struct KindConfig {
   enum class Reload { automatic, in_place, restart };
   Reload reload = Reload::automatic;
   uint32_t reload_timeout_ms = 30'000;  // a worker's entry in a rollout settles by then
+
+  // Containment (issue 14; workers/containment.h, kind_log.h, docs/process-model.md): each of
+  // the kind's workers runs under `limits` (memory_max, pids_max, cpu_weight), and its log file,
+  // <state>/logs/<name>.log, rotates past `log_rotation.max_size`, keeping `log_rotation.keep`.
+  Limits limits;
+  LogRotation log_rotation;
 };
 
 struct ManagerOptions {
@@ -214,14 +233,16 @@ class Manager {
   // kind at a time (Rollouts serialises them); false, and no call, for an unknown kind or one
   // already rolling.
   bool rollout(const std::string& kind, CodeSet set, RolloutCallback done);
-  // {kind: {version (current, null without code), dirty, workers, stale, rolling}}: dirty while
-  // a live worker runs a set other than the current one.
+  // {kind: {version (current, null without code), dirty, workers, stale, rolling}}: workers are
+  // the live ones (starting or running; a stopping one is on its way out), stale those of them on
+  // a set other than the current one, dirty while any is.
   nlohmann::json kinds_state() const;
-  // The versions the kind's live workers run (the store keeps them).
+  // The versions the kind's workers run, stopping ones included, and those a reload in flight
+  // or waiting brings them to (the store keeps them).
   std::set<std::string> versions_in_use(const std::string& kind) const;
 
-  // {wire address: {status: starting|running|stopping, pid, startedAt} | {status: failed, error,
-  // at}
+  // {wire address: {status: starting|running|stopping, pid, startedAt, version?} | {status:
+  // failed, error, at}
   //  | {status: queued, queuedAt}}; a suspended address has `suspended: true` (and
   //  `status: suspended` with no worker).
   nlohmann::json state() const;
@@ -240,6 +261,8 @@ class Manager {
 
  private:
   struct Kind;
+  struct Rollout;
+  struct RolloutEntry;
   struct Slot;
   struct Worker;
   struct OutputReader;
@@ -279,7 +302,20 @@ class Manager {
   void remove_socket(Slot& slot);
   void emit(const std::string& address, const nlohmann::json& entry);
   void finish_close();
-  int log_fd(const Kind& kind);
+  // The rollout step's hooks in the lifecycle (manager_rollout.cc).
+  RolloutEntry* rollout_entry(const Slot& slot) const;
+  void rollout_on_ready(Worker& w);
+  void rollout_on_reloaded(Worker& w, const nlohmann::json& msg);
+  bool rollout_on_exit(Slot& slot, bool crashed);  // true: start the replacement now
+  void rollout_on_failed(Slot& slot);
+  void rollout_on_link_lost(Slot& slot);
+  void rollout_on_gone(Slot& slot);  // the slot is about to be erased
+  void rollout_on_close();
+  void rollout_bring(Worker& w, Rollout& r, RolloutEntry& e);
+  void rollout_reload(Worker& w, const CodeSet& set);  // now, or once the one in flight replied
+  void rollout_replace(Worker& w, RolloutEntry& e);
+  void rollout_settle(Kind& kind, const std::string& address, nlohmann::json result);
+  void rollout_finish(Kind& kind);
 
   core::EventLoop& loop_;
   core::Logger& log_;
@@ -288,7 +324,7 @@ class Manager {
   std::vector<std::unique_ptr<Kind>> kinds_;
   std::unique_ptr<http::Router> router_;  // every kind's routes (manager_config.cc)
   std::map<std::string, std::unique_ptr<Slot>, std::less<>> slots_;
-  std::map<std::string, core::UniqueFd, std::less<>> log_fds_;
+  KindLogs kind_logs_;                                       // the kinds' log files (kind_log.h)
   std::map<std::string, uint64_t, std::less<>> recoveries_;  // address -> last lost-link recovery
   std::map<uint64_t, ChangeCallback> watchers_;
   uint64_t next_watch_ = 1;

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "core/escape.h"
@@ -115,7 +116,12 @@ core::Result<std::unique_ptr<Manager>> Manager::create(core::EventLoop& loop, co
   for (const char* sub : {"", "/sockets", "/locks", "/logs"}) {
     if (auto r = make_dir(options.state_dir + sub, 0700); !r) return r.error();
   }
-  if (!launcher) launcher = std::make_unique<ProcessLauncher>();
+  if (!launcher) {
+    // Containment (containment.h): the cgroup v2 way or rlimits, decided and logged once here.
+    bool limited = std::any_of(kinds.begin(), kinds.end(),
+                               [](const auto& k) { return k->config.limits.any(); });
+    launcher = std::make_unique<ProcessLauncher>(Containment::create(log, {}, limited));
+  }
   options.kinds.clear();
   std::string basis = "configured";
   if (options.max_starting == 0) options.max_starting = default_max_starting();

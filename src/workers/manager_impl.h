@@ -3,14 +3,18 @@
 // split by job: manager.cc the lifecycle (start, messages, failure, idle, stop, close),
 // manager_config.cc the options' validation and the route patterns, manager_bounds.cc the bounds
 // and eviction, manager_state.cc the state entries and their watchers. Not an API: only those
-// files include it. Lifetime and threading are the Manager's (workers/manager.h).
+// files include it. Lifetime and threading are the Manager's (workers/manager.h). The rollout step
+// (issue 13) is in manager_rollout.cc: a kind's rollout in progress (Rollout, its entries by
+// address) and the reload state of each worker (Worker::version, reload_sent, reload_pending).
 #pragma once
 
 #include <sys/types.h>
 
 #include <ctime>
 #include <list>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,6 +43,15 @@ inline nlohmann::json public_error(std::string_view message, std::string_view co
   return {{"message", message}, {"code", code}};
 }
 
+// JSON for the log only (lossy is fine there): never throws.
+inline core::Verbatim log_json(const nlohmann::json& j) {
+  return {j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
+}
+
+// A child's error (a `fatal`'s, a `reloaded`'s) cut down to the public fields: three bounded
+// strings, nothing else (manager.cc).
+nlohmann::json sanitize_error(const nlohmann::json& e);
+
 inline std::string iso8601(time_t t) {
   char buf[32];
   size_t n = core::format_iso8601(t, buf);
@@ -47,9 +60,34 @@ inline std::string iso8601(time_t t) {
 
 }  // namespace detail
 
+// A worker's place in its kind's rollout (manager_rollout.cc), until it settled.
+struct Manager::RolloutEntry {
+  enum class Phase {
+    undecided,      // automatic, not ready yet: in place or replaced is decided at its `ready`
+    reloading,      // waits for the `reloaded` to a reload of the rollout's set
+    replacing_old,  // the old worker stops; a start is queued behind its exit
+    replacing_new,  // the new worker starts (or waits for the bounds) on the rollout's set
+  };
+  Phase phase = Phase::undecided;
+  core::Timer timeout;  // reload_timeout_ms from the call
+};
+
+// A kind's rollout in progress: one entry per worker that ran another set when it began, removed
+// once it settled (its result is then in `report`).
+struct Manager::Rollout {
+  CodeSet set;
+  RolloutReport report;
+  RolloutCallback done;
+  uint64_t started_ms = 0;
+  size_t reloaded = 0, restarted = 0, stopped = 0;
+  bool setting_up = true;  // rollout() is still making the entries: done is not due yet
+  std::map<std::string, std::unique_ptr<RolloutEntry>, std::less<>> entries;  // by raw address
+};
+
 struct Manager::Kind {
-  KindConfig config;
-  size_t index = 0;  // in kinds_ (and live_by_kind_); its routes' id in router_
+  KindConfig config;  // config.code: the current set (replaced by a rollout)
+  size_t index = 0;   // in kinds_ (and live_by_kind_); its routes' id in router_
+  std::unique_ptr<Rollout> rollout;
 };
 
 struct Manager::OutputReader final : core::IoHandler {
@@ -115,8 +153,22 @@ struct Manager::Worker final : core::IoHandler {
   bool counts_starting = false;  // counted in starting_ (until `ready` or the exit)
   Slot* claimed_by = nullptr;    // a queued start waiting for this worker's exit
   bool stopping = false;
-  bool stop_after_started = false;  // a stop asked during the start runs at `started`
-  std::string failure_log;          // the full error, logged at the exit with the stderr tail
+  bool stop_after_started = false;        // a stop asked during the start runs at `started`
+  std::string_view stop_reason = "stop";  // that stop's reason, for the log
+  std::string failure_log;                // the full error, logged at the exit with the stderr tail
+  // Its code (issue 13): the version it runs ("" for a kind without code), from its `start` and
+  // then from each successful `reloaded`; whether its `ready` said `reload: true`; the reload in
+  // flight (one at a time; its reply frees the slot even after its rollout gave up on it) and
+  // the newest set waiting for that reply.
+  std::string version;
+  bool can_reload = false;
+  uint64_t reload_ids = 0;  // the last reload id sent (ids start at 1)
+  struct SentReload {
+    uint64_t id;
+    std::string version;
+  };
+  std::optional<SentReload> reload_sent;
+  std::optional<CodeSet> reload_pending;
 };
 
 struct Manager::Slot {

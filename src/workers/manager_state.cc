@@ -21,6 +21,7 @@ nlohmann::json Manager::entry_of(const Slot& slot) const {
                                 : "starting"},
          {"pid", w->pid},
          {"startedAt", iso8601(w->started_at)}};
+    if (!w->version.empty()) e["version"] = w->version;
   } else if (slot.queued) {
     e = {{"status", "queued"}, {"queuedAt", iso8601(slot.queued_at)}};
   } else if (slot.suspended) {
@@ -67,6 +68,7 @@ void Manager::settle(Slot& slot) {
   if (slot.worker || !slot.waiters.empty() || slot.start_queued || slot.queued ||
       !slot.failed.is_null() || slot.suspended)
     return;
+  rollout_on_gone(slot);
   std::string key = slot.address;
   slots_.erase(key);  // destroys `slot`; its last emitted entry was null
 }

@@ -5,6 +5,16 @@
 // come meanwhile wait, and waiting calls for the same target share the next run's report (a
 // burst of saved files under --watch is one rollout).
 //
+// Refusals, answered through `done` (never before rollout() returns): an unknown kind 404
+// `unknown_kind`, a kind without `code` 409 `no_code`, a `to` that is no kept version (or a
+// prefix of fewer than 8 hex digits, or one that two versions share) 404 `unknown_version`, a
+// snapshot that failed (the reason names the path) 500 `snapshot_failed`. After each rollout the
+// store keeps the kind's kKeepVersions newest versions and every version a live worker runs.
+//
+// --watch: one CodeWatcher per kind with code; each settled burst is a rollout of the directory,
+// logged `watch_rollout kind= trigger=change` (the manager logs `rollout_done` with the counts)
+// and, when refused, `watch_rollout_refused kind= code= error=`.
+//
 // Lifetime: made by the supervisor's services after the Manager, destroyed before it; a rollout
 // still running at destruction never calls back. Single-threaded (the loop's thread).
 #pragma once
@@ -14,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -28,7 +39,7 @@ namespace corral::workers {
 
 // A refused rollout: the HTTP status and public error the control API answers with.
 struct RolloutRefusal {
-  int status;          // 404 unknown_kind | unknown_version, 409 no_code, 500 snapshot_failed
+  int status;            // 404 unknown_kind | unknown_version, 409 no_code, 500 snapshot_failed
   nlohmann::json error;  // {message, code}
 };
 
@@ -41,8 +52,9 @@ class Rollouts {
   // the path.
   static core::Result<void> prepare(const std::string& state_dir, ManagerOptions& options);
 
-  Rollouts(core::EventLoop& loop, core::Logger& log, Manager& manager,
-           const std::string& state_dir);
+  // `kinds`: the manager's (after prepare): each kind's code directory and timeouts.
+  Rollouts(core::EventLoop& loop, core::Logger& log, Manager& manager, const std::string& state_dir,
+           const std::vector<KindConfig>& kinds);
   ~Rollouts();
   Rollouts(const Rollouts&) = delete;
   Rollouts& operator=(const Rollouts&) = delete;
@@ -52,13 +64,17 @@ class Rollouts {
   void rollout(const std::string& kind, std::optional<std::string> to, Done done);
   // Starts watching every kind's code directory: each settled change is a rollout, logged.
   core::Result<void> watch(uint32_t settle_ms = 100);
-  // Manager::kinds_state() with each kind's kept versions: "versions":[{version, current}].
+  // Manager::kinds_state() with, per kind, its kept versions ("versions":[{version, current}],
+  // newest first), "code" (the directory, null without), "reload" (auto|in-place|restart) and
+  // "rollout_timeout_ms" (how long one of its rollouts may take at most: the longer of
+  // reload_timeout and stop_grace + start_timeout; `corral ctl rollout` waits that plus 30 s).
   nlohmann::json state() const;
 
  private:
   struct Pending;
   struct KindRuns;
   void run_next(const std::string& kind);
+  void finish(const std::string& kind, const RolloutReport* report, const RolloutRefusal* refusal);
 
   core::EventLoop& loop_;
   core::Logger& log_;

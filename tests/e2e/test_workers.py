@@ -1,8 +1,8 @@
 """Workers (issue 4, docs/worker-protocol.md): one process per address, started on demand by the
 supervisor's worker manager, proxied to from the server processes, stopped when idle, and failures
 that stay failed until `retry`. Driven from outside on the real binary (`corral serve` with
-`[workers.counter]`) and the two example workers (Python, standard library only; C++ with
-worker_main), which serve the same counter:
+`[workers.counter]`) and the example workers (Python, standard library only; C++ with
+worker_main; Node.js on lib/node, CORRAL_NODE or `node`), which serve the same counter:
 
     GET / (the count), POST /inc, GET /start, GET /busy?ms=N, GET /slow?ms=N, GET /crash,
     GET /fatal
@@ -58,6 +58,8 @@ REDACTED = "the counter failed"
 WORKERS = {
     "py": ([sys.executable if sys.executable else "/usr/bin/python3", PY_WORKER], "worker.py"),
     "cpp": ([CPP_WORKER], "example_worker"),
+    "node": ([os.environ.get("CORRAL_NODE", "node"),
+              os.path.join(REPO, "examples", "worker_node", "worker.mjs")], "worker_node"),
 }
 
 
@@ -129,7 +131,7 @@ class Corral:
         return e["pid"]
 
 
-@pytest.fixture(params=["py", "cpp"])
+@pytest.fixture(params=["py", "cpp", "node"])
 def worker_kind(request):
     if request.param == "cpp" and not os.access(CPP_WORKER, os.X_OK):
         pytest.skip(f"{CPP_WORKER} is not built")

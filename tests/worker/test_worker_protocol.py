@@ -5,17 +5,25 @@ control (the child's end becomes fd 3), a listening Unix socket in a 0700 direct
 environment variables, a new process group; then `start`, and HTTP over the Unix socket. Both
 example workers (examples/worker_cpp, built; examples/worker_python) run through the same tests.
 
+Reload in place: `code_set()` writes a set of code as a plain directory (the fake manager points
+`code.dir` at it, as the real one points it at a snapshot); the examples serve GET /code and reload
+hello.txt (a file `reload-fails` makes their hook throw, `reload-sleep-ms` makes it slow).
+
 Environment: CORRAL_EXAMPLE_WORKER (the C++ example_worker; default build/debug/...),
 CORRAL_PYTHON (the interpreter for the Python worker; default /usr/bin/python3).
 """
 
+import fcntl
+import hashlib
 import http.client
+import itertools
 import json
 import os
 import select
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.parse
 
@@ -26,8 +34,15 @@ CPP_WORKER = os.environ.get(
     "CORRAL_EXAMPLE_WORKER", os.path.join(ROOT, "build/debug/examples/worker_cpp/example_worker"))
 PY_WORKER = os.path.join(ROOT, "examples/worker_python/worker.py")
 PYTHON = os.environ.get("CORRAL_PYTHON", "/usr/bin/python3")
+NODE_WORKER = os.path.join(ROOT, "examples/worker_node/worker.mjs")
+NODE = os.environ.get("CORRAL_NODE", "node")
 
 TIMEOUT = 10.0  # any single expected event; a passing run takes far less
+
+# The libraries whose reload hook runs while HTTP requests are served (Python: requests on their
+# threads). The C++ hook runs on the worker's loop between events: requests in flight continue
+# around it, but one that arrives while it runs is read after it returns.
+SERVES_DURING_RELOAD = {"python", "node"}
 
 
 def worker_command(kind):
@@ -37,7 +52,37 @@ def worker_command(kind):
                 pytest.fail(f"CORRAL_EXAMPLE_WORKER={CPP_WORKER} does not exist")
             pytest.skip(f"{CPP_WORKER} is not built")
         return [CPP_WORKER]
+    if kind == "node":
+        return [NODE, NODE_WORKER]
     return [PYTHON, PY_WORKER]
+
+
+class CodeSet:
+    """A set of a kind's code in a plain directory, with its version and `scripts` as the manager
+    computes them (docs/worker-protocol.md, "Code and reload")."""
+
+    _names = itertools.count()
+
+    def __init__(self, base, files):
+        self.dir = os.path.join(base, f"code-{next(CodeSet._names)}")
+        os.makedirs(self.dir)
+        self.scripts = []
+        for path in sorted(files, key=lambda p: p.encode()):
+            full = os.path.join(self.dir, path)
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            data = files[path].encode() if isinstance(files[path], str) else files[path]
+            with open(full, "wb") as f:
+                f.write(data)
+            self.scripts.append({"path": path, "digest": hashlib.sha256(data).hexdigest()})
+        lines = b"".join(f"{s['path']}\0{s['digest']}\n".encode() for s in self.scripts)
+        self.version = hashlib.sha256(lines).hexdigest()
+
+    def code(self):
+        return {"version": self.version, "dir": self.dir}
+
+
+def reload_message(rid, code_set):
+    return {"type": "reload", "id": rid, "scripts": code_set.scripts, "code": code_set.code()}
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -55,8 +100,11 @@ class UnixHTTPConnection(http.client.HTTPConnection):
 class FakeManager:
     """One worker process, as the manager would run it."""
 
-    def __init__(self, command, base, address="doc:42", lock=None, start=None, name="w"):
+    def __init__(self, command, base, address="doc:42", lock=None, start=None, name="w", code=None,
+                 env=None):
         self.command = command
+        self.code = code  # a CodeSet: `start` carries its scripts and code
+        self.env = env or {}
         self.address = address
         self.state_dir = os.path.join(base, "state")
         os.makedirs(os.path.join(self.state_dir, "locks"), exist_ok=True)
@@ -70,6 +118,7 @@ class FakeManager:
         self.log_path = os.path.join(base, f"{name}.log")
         self.proc = None
         self.ctrl = None
+        self.ready = None  # the `ready` message, once start_ready() saw it
 
     def spawn(self):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -90,6 +139,7 @@ class FakeManager:
         env = dict(os.environ)
         env.update(CORRAL_CONTROL_FD="3", CORRAL_LISTEN_FD="4", CORRAL_ADDRESS=self.address,
                    CORRAL_STATE_DIR=self.state_dir)
+        env.update(self.env)
         self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=self.log,
                                      stderr=subprocess.STDOUT, env=env, pass_fds=(3, 4),
@@ -104,14 +154,24 @@ class FakeManager:
         self.ctrl.send(json.dumps(msg).encode() if isinstance(msg, dict) else msg)
 
     def send_start(self):
-        self.send({"type": "start", "address": self.address, "start": self.start_data,
-                   "scripts": [], "lock": self.lock})
+        msg = {"type": "start", "address": self.address, "start": self.start_data,
+               "scripts": self.code.scripts if self.code else [], "lock": self.lock}
+        if self.code:
+            msg["code"] = self.code.code()
+        self.send(msg)
+
+    def send_reload(self, rid, code_set):
+        self.send(reload_message(rid, code_set))
 
     def recv(self, timeout=TIMEOUT):
-        """The next message, or None on EOF. Fails after `timeout`."""
+        """The next message, or None on EOF (or a reset: the worker exited with packets unread).
+        Fails after `timeout`."""
         r, _, _ = select.select([self.ctrl], [], [], timeout)
         assert r, f"no control message within {timeout} s; log:\n{self.output()}"
-        data = self.ctrl.recv(1 << 20)
+        try:
+            data = self.ctrl.recv(1 << 20)
+        except ConnectionResetError:
+            return None
         return json.loads(data) if data else None
 
     def quiet_for(self, seconds):
@@ -125,12 +185,22 @@ class FakeManager:
             f"expected {type_}, got {msg}; log:\n{self.output()}"
         return msg
 
+    def expect_skipping_idle(self, type_, timeout=TIMEOUT):
+        """The next message that is not an `idle` flip (they come and go with the busy count)."""
+        while True:
+            msg = self.recv(timeout)
+            if msg is None or msg.get("type") != "idle":
+                break
+        assert msg is not None and msg.get("type") == type_, \
+            f"expected {type_}, got {msg}; log:\n{self.output()}"
+        return msg
+
     def start_ready(self):
         self.spawn()
         self.send_start()
         self.expect("started")
-        ready = self.expect("ready")
-        assert ready["idle"] is True
+        self.ready = self.expect("ready")
+        assert self.ready["idle"] is True
         return self
 
     def request(self, method, path, body=None):
@@ -141,6 +211,11 @@ class FakeManager:
             return r.status, r.read().decode()
         finally:
             c.close()
+
+    def get_json(self, path):
+        status, body = self.request("GET", path)
+        assert status == 200, (status, body)
+        return json.loads(body)
 
     def wait_exit(self, timeout=TIMEOUT):
         try:
@@ -183,9 +258,17 @@ class FakeManager:
             self.log.close()
 
 
-@pytest.fixture(params=["cpp", "python"])
+@pytest.fixture(params=["cpp", "python", "node"])
 def kind(request):
     return request.param
+
+
+@pytest.fixture
+def code_set(tmp_path):
+    """code_set({"hello.txt": "one"}): a CodeSet in a directory of its own under tmp_path."""
+    base = tmp_path / "code"
+    base.mkdir()
+    return lambda files: CodeSet(str(base), files)
 
 
 @pytest.fixture
@@ -383,3 +466,176 @@ def test_long_address_gets_a_bounded_data_file(managers, tmp_path):
     names = os.listdir(os.path.join(m.state_dir, "data"))
     assert len(names) == 1 and len(names[0]) <= 206 and "~" in names[0], names
     assert names[0].startswith("doc%3A%FF%FF"), names
+
+
+# --- code and reload in place (docs/worker-protocol.md, "Code and reload") --------------------------
+
+
+def assert_serves(m, code_set, hello):
+    got = m.get_json("/code")
+    assert got == {"version": code_set.version if code_set else None, "hello": hello,
+                   "pid": m.proc.pid}, got
+
+
+def assert_reloaded(msg, rid, code_set):
+    assert msg["type"] == "reloaded" and msg["id"] == rid, msg
+    assert msg["version"] == code_set.version, msg
+    assert "report" in msg and "error" not in msg, msg
+
+
+def test_start_with_code_serves_its_version(managers, code_set):
+    v1 = code_set({"hello.txt": "one", "lib/app.py": "print(1)\n"})
+    m = managers(code=v1).start_ready()
+    assert m.ready.get("reload") is True
+    assert_serves(m, v1, "one")
+    assert m.get_json("/start")["scripts"] == v1.scripts
+    # A kind without code: no version, no hello.
+    plain = managers(name="plain", address="doc:43").start_ready()
+    assert_serves(plain, None, None)
+
+
+def test_reload_answers_and_then_serves_the_new_set(managers, code_set):
+    v1, v2 = code_set({"hello.txt": "one"}), code_set({"hello.txt": "two", "more.txt": "x"})
+    m = managers(code=v1).start_ready()
+    m.send_reload(1, v2)
+    reloaded = m.expect_skipping_idle("reloaded")
+    assert_reloaded(reloaded, 1, v2)
+    assert reloaded["report"] == {"hello": "two"}  # what the examples' hook returns
+    assert_serves(m, v2, "two")
+    assert m.get_json("/start")["scripts"] == v2.scripts
+    # A set without hello.txt.
+    v3 = code_set({"other.txt": "3"})
+    m.send_reload(2, v3)
+    assert_reloaded(m.expect_skipping_idle("reloaded"), 2, v3)
+    assert_serves(m, v3, None)
+    m.send({"type": "shutdown"})
+    assert m.wait_exit() == 0
+
+
+def test_throwing_reload_keeps_the_old_set(managers, code_set):
+    v1 = code_set({"hello.txt": "one"})
+    bad = code_set({"hello.txt": "bad", "reload-fails": ""})
+    m = managers(code=v1).start_ready()
+    m.send_reload(1, bad)
+    msg = m.expect_skipping_idle("reloaded")
+    assert msg["id"] == 1 and msg["version"] == bad.version and "report" not in msg, msg
+    assert msg["error"]["code"] == "reload_failed", msg
+    assert bad.dir not in json.dumps(msg)  # the original error (with the path) stays on stderr
+    assert "reload-fails" in m.output()
+    assert_serves(m, v1, "one")
+    # The next good set applies.
+    v2 = code_set({"hello.txt": "two"})
+    m.send_reload(2, v2)
+    assert_reloaded(m.expect_skipping_idle("reloaded"), 2, v2)
+    assert_serves(m, v2, "two")
+
+
+def test_without_a_hook_reload_is_refused(managers, code_set):
+    v1, v2 = code_set({"hello.txt": "one"}), code_set({"hello.txt": "two"})
+    m = managers(code=v1, env={"CORRAL_NO_RELOAD": "1"}).start_ready()
+    assert not m.ready.get("reload"), m.ready
+    m.send_reload(1, v2)
+    msg = m.expect("reloaded")  # no busy flip either: nothing ran
+    assert msg == {"type": "reloaded", "id": 1, "version": v2.version,
+                   "error": {"message": "This worker cannot reload in place.",
+                             "code": "no_reload"}}, msg
+    assert_serves(m, v1, "one")
+
+
+def test_reload_before_ready_is_applied_after_ready(managers, code_set):
+    v1, v2 = code_set({"hello.txt": "one"}), code_set({"hello.txt": "two"})
+    m = managers(code=v1)
+    # Hold the address's lock so that the worker waits after `start`, before `ready`.
+    held = os.open(m.lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        m.spawn()
+        m.send_start()
+        m.send_reload(1, v2)
+        assert m.quiet_for(0.3), "answered while waiting for the lock"
+    finally:
+        os.close(held)
+    m.expect("started")
+    assert m.expect("ready").get("reload") is True
+    assert_reloaded(m.expect_skipping_idle("reloaded"), 1, v2)
+    assert_serves(m, v2, "two")
+
+
+def test_reloads_back_to_back_are_answered_in_order(managers, code_set):
+    sets = [code_set({"hello.txt": f"set {n}"}) for n in range(4)]
+    m = managers(code=sets[0]).start_ready()
+    bad = code_set({"reload-fails": ""})
+    m.send_reload(1, sets[1])
+    m.send_reload(2, bad)
+    m.send_reload(3, sets[2])
+    m.send_reload(4, sets[3])
+    assert_reloaded(m.expect_skipping_idle("reloaded"), 1, sets[1])
+    failed = m.expect_skipping_idle("reloaded")
+    assert failed["id"] == 2 and failed["error"]["code"] == "reload_failed", failed
+    assert_reloaded(m.expect_skipping_idle("reloaded"), 3, sets[2])
+    assert_reloaded(m.expect_skipping_idle("reloaded"), 4, sets[3])
+    assert_serves(m, sets[3], "set 3")
+
+
+def test_idle_is_false_while_the_hook_runs(managers, code_set):
+    v1 = code_set({"hello.txt": "one"})
+    slow = code_set({"hello.txt": "slow", "reload-sleep-ms": "300"})
+    m = managers(code=v1).start_ready()
+    began = time.monotonic()
+    m.send_reload(1, slow)
+    assert m.expect("idle")["idle"] is False
+    assert_reloaded(m.expect("reloaded"), 1, slow)  # the reply comes before the idle flip back
+    assert m.expect("idle")["idle"] is True
+    assert time.monotonic() - began >= 0.25
+
+
+def test_requests_are_served_while_a_reload_runs(managers, code_set, kind):
+    v1 = code_set({"hello.txt": "one"})
+    slow = code_set({"hello.txt": "slow", "reload-sleep-ms": "1500"})
+    m = managers(code=v1).start_ready()
+    m.send_reload(1, slow)
+    assert m.expect("idle")["idle"] is False  # the hook is running
+    got = m.get_json("/code")
+    hook_still_running = m.quiet_for(0)  # no `reloaded` yet
+    if kind in SERVES_DURING_RELOAD:
+        assert hook_still_running, "the request waited for the hook"
+        assert got["version"] == v1.version and got["hello"] == "one", got
+    else:
+        # Read once the hook returned: the new set, whole.
+        assert got["version"] == slow.version and got["hello"] == "slow", got
+    assert_reloaded(m.expect_skipping_idle("reloaded"), 1, slow)
+    assert_serves(m, slow, "slow")
+
+
+def test_a_request_in_flight_survives_a_reload(managers, code_set):
+    v1 = code_set({"hello.txt": "one"})
+    v2 = code_set({"hello.txt": "two", "reload-sleep-ms": "200"})
+    m = managers(code=v1).start_ready()
+    result = {}
+
+    def slow_request():
+        result["answer"] = m.request("GET", "/slow?ms=400")
+
+    t = threading.Thread(target=slow_request)
+    t.start()
+    try:
+        assert m.expect("idle")["idle"] is False  # the request is in flight
+        m.send_reload(1, v2)
+        assert_reloaded(m.expect_skipping_idle("reloaded"), 1, v2)
+    finally:
+        t.join(TIMEOUT)
+    assert result.get("answer") == (200, "slow 400 ms\n"), result
+    assert_serves(m, v2, "two")
+
+
+def test_reload_during_a_stop_is_not_answered(managers, code_set):
+    v1, v2 = code_set({"hello.txt": "one"}), code_set({"hello.txt": "two"})
+    m = managers(code=v1).start_ready()
+    m.send({"type": "shutdown"})
+    m.send_reload(1, v2)
+    while True:
+        msg = m.recv()
+        assert msg is None or msg["type"] == "idle", msg
+        if msg is None:
+            break
+    assert m.wait_exit() == 0

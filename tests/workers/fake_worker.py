@@ -13,8 +13,19 @@ Start data keys (all optional):
   accept_after: ms after `ready` before the first accept (a worker slow to take the connections
         waiting for it, as under load; it still says idle meanwhile)
   shutdown_exit_code: the exit status after `shutdown` (default 0; non-zero: a crash while stopping)
-  events: a file to append "<monotonic> <pid> <event>" lines to (started, ready, accepting, exiting)
-Every connection to fd 4 gets "hello <address>\n" (with FAKE_WORKER_HTTP=1 in the environment,
+  events: a file to append "<monotonic> <pid> <event>" lines to (started, ready, accepting, exiting,
+        reload_got:<id>, reload_replied:<id>)
+  reload: whether `ready` says `reload: true` (default true); false: a `reload` is answered with
+        the no_reload error, as the worker libraries do without a hook
+  reload_delay: ms between a `reload` and its `reloaded` (default 0)
+The reload protocol (issue 13): a `reload` that comes before `ready` waits for it; reloads are
+applied one at a time, in order. What a reload does is chosen by the file names of its set (so one
+worker can fail one rollout and take the next): "reload-fails" (an error reply, code
+reload_failed), "reload-crashes" (exit 3), "reload-exits" (exit 0, unasked), "reload-never" (no
+reply), "reload-delay-<ms>" (the reply that much later). A successful reply's report is
+{"pid", "version", "files"} and the worker then runs the new version.
+Every connection to fd 4 gets "hello <address>\n" (" version=<version>\n" instead of the newline
+once the worker runs a set with a version) (with FAKE_WORKER_HTTP=1 in the environment,
 as the body of an HTTP/1.1 200 response, for tests through the real binary; with
 FAKE_WORKER_INTERIM=1 too, the 200 comes after a 100 Continue and a 103 Early Hints, each in its
 own write). FAKE_WORKER_START, a
@@ -35,6 +46,7 @@ address = os.environ["CORRAL_ADDRESS"]
 control = socket.socket(fileno=int(os.environ["CORRAL_CONTROL_FD"]))
 listener = socket.socket(fileno=int(os.environ["CORRAL_LISTEN_FD"]))
 events_path = None
+version = None  # the code version it runs (from `start`, then from each reload applied)
 
 
 def event(name):
@@ -61,7 +73,8 @@ def serve(accept_after_ms):
         except OSError:
             return
         with conn:
-            body = f"hello {address}\n".encode()
+            body = (f"hello {address} version={version}\n" if version
+                    else f"hello {address}\n").encode()
             if os.environ.get("FAKE_WORKER_HTTP") == "1":
                 try:
                     conn.settimeout(5)
@@ -97,14 +110,55 @@ def serve(accept_after_ms):
                 pass
 
 
+def reload_plan(m, data):
+    """What a `reload` does: (delay ms, action), action one of ok, fails, crashes, exits, never."""
+    names = [f.get("path", "") for f in m.get("scripts") or []]
+    delay = data.get("reload_delay", 0)
+    action = "ok" if data.get("reload", True) else "no_hook"
+    for n in names:
+        if n.startswith("reload-delay-"):
+            delay = int(n[len("reload-delay-"):])
+        elif n in ("reload-fails", "reload-crashes", "reload-exits", "reload-never"):
+            action = n[len("reload-"):]
+    return delay, action
+
+
+def apply_reload(m, action):
+    """Replies to `m` (a reload) as `action` says; exits for crashes/exits."""
+    global version
+    if action == "crashes":
+        os._exit(3)
+    if action == "exits":
+        event("exiting")
+        os._exit(0)
+    if action == "never":
+        return
+    new = (m.get("code") or {}).get("version")
+    reply = {"type": "reloaded", "id": m["id"], "version": new}
+    if action == "fails":
+        reply["version"] = version
+        reply["error"] = {"message": "the reload failed", "code": "reload_failed",
+                          "detail": "SECRET-RELOAD"}
+    elif action == "no_hook":
+        reply["version"] = version
+        reply["error"] = {"message": "This worker cannot reload in place.", "code": "no_reload"}
+    else:
+        version = new
+        reply["report"] = {"pid": os.getpid(), "version": new,
+                           "files": len(m.get("scripts") or [])}
+    send(reply)
+    event(f"reload_replied:{m['id']}")
+
+
 def main():
-    global events_path
+    global events_path, version
     signal.signal(signal.SIGTERM, lambda *a: (event("exiting"), os._exit(0)))
     msg = json.loads(control.recv(65536))
     assert msg["type"] == "start", msg
     data = dict(json.loads(os.environ.get("FAKE_WORKER_START", "{}")))
     data.update(msg.get("start") or {})
     events_path = data.get("events")
+    version = (msg.get("code") or {}).get("version")
     mode = data.get("mode", "normal")
     print(f"starting {address}", flush=True)
     print(f"stderr line for {address}", file=sys.stderr, flush=True)
@@ -131,7 +185,7 @@ def main():
         os._exit(3)
     threading.Thread(target=serve, args=(data.get("accept_after", 0),), daemon=True).start()
     time.sleep(data.get("slow_ready", 0) / 1000)
-    send({"type": "ready", "idle": data.get("idle", True)})
+    send({"type": "ready", "idle": data.get("idle", True), "reload": data.get("reload", True)})
     event("ready")
     ready_sent.set()
     if mode == "close_link":
@@ -143,11 +197,19 @@ def main():
     deadline_idle = time.monotonic() + data["idle_after"] / 1000 if "idle_after" in data else None
     deadline_crash = (time.monotonic() + data.get("crash_after", 50) / 1000
                       if mode == "crash_after_ready" else None)
+    reloads = []  # [due, message, action], applied one at a time in arrival order
     while True:
         now = time.monotonic()
-        waits = [d - now for d in (deadline_idle, deadline_crash) if d is not None]
+        deadline_reload = reloads[0][0] if reloads else None
+        waits = [d - now for d in (deadline_idle, deadline_crash, deadline_reload)
+                 if d is not None]
         ready = sel.select(max(0, min(waits)) if waits else None)
         now = time.monotonic()
+        while reloads and now >= reloads[0][0]:
+            _, rm, action = reloads.pop(0)
+            apply_reload(rm, action)
+            if reloads:  # the next one starts now: its delay counts from here
+                reloads[0][0] = now + reloads[0][0]
         if deadline_crash is not None and now >= deadline_crash:
             os._exit(3)
         if deadline_idle is not None and now >= deadline_idle:
@@ -160,6 +222,14 @@ def main():
             event("exiting")
             os._exit(0)
         m = json.loads(raw)
+        if m.get("type") == "reload":
+            event(f"reload_got:{m['id']}")
+            delay, action = reload_plan(m, data)
+            if reloads:
+                reloads.append([delay / 1000, m, action])  # relative until it is the first
+            else:
+                reloads.append([time.monotonic() + delay / 1000, m, action])
+            continue
         if m.get("type") == "shutdown":
             if mode == "ignore_shutdown":
                 continue

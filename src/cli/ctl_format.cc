@@ -1,0 +1,125 @@
+#include "cli/ctl_format.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <vector>
+
+namespace corral::cli {
+
+namespace {
+
+std::string dump(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string short_version(const nlohmann::json& v) {
+  if (!v.is_string() || v.get<std::string>().empty()) return "";
+  return v.get<std::string>().substr(0, 12);
+}
+
+std::string text(const nlohmann::json& obj, const char* key) {
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// Rows of cells as left-aligned columns two spaces apart; the last column is not padded.
+std::string table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& row : rows)
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (width.size() <= i) width.push_back(0);
+      width[i] = std::max(width[i], row[i].size());
+    }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(width[i] - row[i].size() + 2, ' ');
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string error_detail(const nlohmann::json& error) {
+  if (!error.is_object()) return dump(error);
+  std::string code = text(error, "code"), message = text(error, "message");
+  if (!code.empty() && !message.empty()) return code + ": " + message;
+  return code.empty() ? message : code;
+}
+
+}  // namespace
+
+std::string rollout_result(const nlohmann::json& entry) {
+  if (entry.contains("error")) return "error";
+  if (entry.value("stopped", false)) return "stopped";
+  auto it = entry.find("report");
+  if (it != entry.end() && it->is_object() && it->value("restarted", false)) return "restarted";
+  return "reloaded";
+}
+
+std::string format_rollout(const nlohmann::json& report) {
+  std::vector<std::vector<std::string>> rows{{"ADDRESS", "RESULT", "DETAIL"}};
+  size_t counts[4] = {0, 0, 0, 0};  // reloaded, restarted, stopped, error
+  const auto& workers = report.contains("workers") ? report["workers"] : nlohmann::json::array();
+  for (const auto& e : workers) {
+    std::string result = rollout_result(e);
+    std::string detail;
+    if (result == "error") {
+      detail = error_detail(e["error"]);
+      ++counts[3];
+    } else if (result == "stopped") {
+      ++counts[2];
+    } else if (result == "restarted") {
+      ++counts[1];
+    } else {
+      const auto& r = e.contains("report") ? e["report"] : nlohmann::json();
+      if (!r.is_null() && !(r.is_object() && r.empty())) detail = dump(r);
+      ++counts[0];
+    }
+    rows.push_back({text(e, "address"), result, detail});
+  }
+  std::string out = workers.empty() ? std::string() : table(rows);
+  std::string previous = short_version(report.value("previous", nlohmann::json()));
+  std::string head = fmt::format("{}: {} (was {})", text(report, "kind"),
+                                 short_version(report.value("version", nlohmann::json())),
+                                 previous.empty() ? "none" : previous);
+  size_t cleared =
+      report.contains("cleared") && report["cleared"].is_array() ? report["cleared"].size() : 0;
+  uint64_t took = report.value("took_ms", uint64_t{0});
+  if (workers.empty())
+    out += fmt::format("{}: no live worker was on another version; {} cleared; {} ms\n", head,
+                       cleared, took);
+  else
+    out += fmt::format(
+        "{}: {} worker{}: {} reloaded, {} restarted, {} stopped, {} failed; {} cleared; {} ms\n",
+        head, workers.size(), workers.size() == 1 ? "" : "s", counts[0], counts[1], counts[2],
+        counts[3], cleared, took);
+  return out;
+}
+
+std::string format_kinds(const nlohmann::json& kinds) {
+  std::vector<std::vector<std::string>> rows{
+      {"KIND", "VERSION", "DIRTY", "ROLLING", "WORKERS", "STALE", "KEPT"}};
+  if (kinds.is_object())
+    for (const auto& [name, k] : kinds.items()) {
+      std::string version = short_version(k.value("version", nlohmann::json()));
+      std::string kept;
+      if (k.contains("versions") && k["versions"].is_array())
+        for (const auto& v : k["versions"]) {
+          if (!kept.empty()) kept += ' ';
+          kept += short_version(v.value("version", nlohmann::json()));
+          if (v.value("current", false)) kept += '*';
+        }
+      auto yes_no = [&k](const char* key) { return k.value(key, false) ? "yes" : "no"; };
+      auto number = [&k](const char* key) { return std::to_string(k.value(key, uint64_t{0})); };
+      rows.push_back({name, version.empty() ? "-" : version, yes_no("dirty"), yes_no("rolling"),
+                      number("workers"), number("stale"), kept.empty() ? "-" : kept});
+    }
+  return table(rows);
+}
+
+}  // namespace corral::cli

@@ -1,0 +1,77 @@
+// What `corral ctl rollout` and `corral ctl kinds` print, from the control API's JSON.
+#include "cli/ctl_format.h"
+
+#include <gtest/gtest.h>
+
+namespace corral::cli {
+namespace {
+
+const std::string kV1(64, 'a');
+const std::string kV2 = std::string(12, 'b') + std::string(52, 'c');
+
+TEST(CtlFormat, ARolloutIsATableAndASummaryLine) {
+  nlohmann::json report = {
+      {"kind", "doc"},
+      {"version", kV2},
+      {"previous", kV1},
+      {"workers",
+       {{{"address", "doc:1"}, {"report", {{"hello", "v2"}}}},
+        {{"address", "doc:22"}, {"report", nlohmann::json::object()}},
+        {{"address", "doc:3"}, {"report", {{"restarted", true}}}},
+        {{"address", "doc:4"}, {"stopped", true}},
+        {{"address", "doc:5"},
+         {"error", {{"message", "The reload failed."}, {"code", "reload_failed"}}}},
+        {{"address", "doc:6"}, {"error", {{"code", "reload_timeout"}}}}}},
+      {"cleared", {"doc:9"}},
+      {"failed", 2},
+      {"took_ms", 35}};
+  EXPECT_EQ(format_rollout(report),
+            "ADDRESS  RESULT     DETAIL\n"
+            "doc:1    reloaded   {\"hello\":\"v2\"}\n"
+            "doc:22   reloaded\n"
+            "doc:3    restarted\n"
+            "doc:4    stopped\n"
+            "doc:5    error      reload_failed: The reload failed.\n"
+            "doc:6    error      reload_timeout\n"
+            "doc: bbbbbbbbbbbb (was aaaaaaaaaaaa): 6 workers: 2 reloaded, 1 restarted, 1 stopped, "
+            "2 failed; 1 cleared; 35 ms\n");
+}
+
+TEST(CtlFormat, ARolloutWithNoWorkerIsTheSummaryAlone) {
+  nlohmann::json report = {{"kind", "doc"},
+                           {"version", kV1},
+                           {"previous", ""},
+                           {"workers", nlohmann::json::array()},
+                           {"cleared", nlohmann::json::array()},
+                           {"failed", 0},
+                           {"took_ms", 0}};
+  EXPECT_EQ(format_rollout(report),
+            "doc: aaaaaaaaaaaa (was none): no live worker was on another version; 0 cleared; "
+            "0 ms\n");
+}
+
+TEST(CtlFormat, KindsShowVersionFlagsAndKeptVersions) {
+  nlohmann::json kinds = {
+      {"doc",
+       {{"version", kV2},
+        {"dirty", true},
+        {"rolling", false},
+        {"workers", 4},
+        {"stale", 1},
+        {"versions",
+         {{{"version", kV2}, {"current", true}}, {{"version", kV1}, {"current", false}}}}}},
+      {"plain",
+       {{"version", nullptr},
+        {"dirty", false},
+        {"rolling", false},
+        {"workers", 0},
+        {"stale", 0},
+        {"versions", nlohmann::json::array()}}}};
+  EXPECT_EQ(format_kinds(kinds),
+            "KIND   VERSION       DIRTY  ROLLING  WORKERS  STALE  KEPT\n"
+            "doc    bbbbbbbbbbbb  yes    no       4        1      bbbbbbbbbbbb* aaaaaaaaaaaa\n"
+            "plain  -             no     no       0        0      -\n");
+}
+
+}  // namespace
+}  // namespace corral::cli
