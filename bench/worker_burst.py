@@ -208,7 +208,7 @@ def main():
         t.join()
     with open(log_path) as f:
         text = f.read()
-    state = subprocess.run([corral, "ctl", "workers", "--state-dir", os.path.join(work, "state")],
+    state = subprocess.run([corral, "ctl", "workers", "--json", "--state-dir", os.path.join(work, "state")],
                            capture_output=True, text=True, timeout=30).stdout
     try:
         entries = json.loads(state)

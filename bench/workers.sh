@@ -202,7 +202,7 @@ expect_counter() {  # $1 path
 }
 
 worker_pids() {  # pids of the running workers, one per line
-  "$corral" ctl workers --state-dir "$state" | python3 -c '
+  "$corral" ctl workers --json --state-dir "$state" | python3 -c '
 import json, sys
 for a, w in json.load(sys.stdin).items():
     if w.get("pid") and w.get("status") == "running":

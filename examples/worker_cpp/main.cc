@@ -7,6 +7,8 @@
 //   GET  /start     the start data the manager sent
 //   GET  /busy?ms=N holds the worker busy (not idle) for N ms, as background work would
 //   GET  /slow?ms=N answers after N ms (a request in flight: not idle meanwhile)
+//   GET  /block?ms=N sleeps N ms in the handler: the loop is stuck meanwhile (no request, no
+//                   `pong`: a hanging worker, which the manager stops as unresponsive)
 //   GET  /echo      a WebSocket echoing each message (an open upgraded connection: not idle)
 //   GET  /crash     aborts (a crash: the address becomes failed)
 //   GET  /fatal     reports a fatal error whose text holds a secret; only the redacted form crosses
@@ -251,6 +253,13 @@ int main() {
           c.busy_until.insert(ctx.loop().now() + ms);
           c.busy_timer.arm_at(*c.busy_until.begin());
           return http::Response::text("busy " + std::to_string(ms) + " ms\n");
+        });
+        site.route("GET /block", [](http::Request& req) {
+          uint64_t ms = query_ms(req.query);
+          // Deliberately wrong: sleeping in a handler stops the whole loop (no other request, no
+          // `pong`), as a stuck handler would. Tests of an unresponsive worker use it.
+          std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+          return http::Response::text("blocked " + std::to_string(ms) + " ms\n");
         });
         site.route("GET /slow", [&c, &ctx](http::Request& req) {
           uint64_t ms = query_ms(req.query);

@@ -33,7 +33,8 @@ The file has two halves: `WorkerRuntime`, the protocol (copy it into your own wo
 counter application at the bottom.
 
 Threads: the main thread owns the control socket (a selectors loop) and every state change of the
-lifecycle; HTTP requests run on threads of a ThreadingHTTPServer; the lock wait runs on a thread of
+lifecycle, and answers the manager's pings (a main thread that is stuck answers none, and the
+manager stops the worker as unresponsive); HTTP requests run on threads of a ThreadingHTTPServer; the lock wait runs on a thread of
 its own, so `shutdown`, SIGTERM and a lost link are still seen while an old worker holds the lock.
 Other threads hand work to the main thread through `post()` (a queue and a wake-up pipe). The reload
 hook runs on the main thread, one reload per pass of its loop, while the HTTP threads keep serving
@@ -166,6 +167,8 @@ class WorkerRuntime:
         self._inflight = 0
         self._busy = 0
         self._reported_idle = True
+        self._holds_sent = None  # the counts of the last `ready` or `idle` sent
+        self._holds_sent_at = 0.0  # when the last counts report (or busy flip) went out
         self._running = False  # between `ready` and the stop: idle flips are reported
         self._stopping = False
         self._status = 0
@@ -222,6 +225,9 @@ class WorkerRuntime:
     def post(self, fn):
         """Runs fn on the main thread (from any thread)."""
         self._posted.put(fn)
+        self._wake()
+
+    def _wake(self):
         try:
             os.write(self._wake_w, b"x")
         except BlockingIOError:
@@ -259,10 +265,13 @@ class WorkerRuntime:
         self._prepare()
         while not self._done:
             # One reload per pass, so that the control messages between two are seen.
-            for key, _ in self._selector.select(0 if self._reload_due() else None):
+            timeout = 0 if self._reload_due() else self._holds_report_due()
+            for key, _ in self._selector.select(timeout):
                 key.data()
                 if self._done:
                     break
+            if not self._done:
+                self._report_holds()
             if not self._done and self._reload_due():
                 self._apply_next_reload()
         log("worker_exit", address=self.address, status=self._status)
@@ -285,6 +294,28 @@ class WorkerRuntime:
         data = os.read(self._signal_r, 64)
         if data:
             self.stop(0, "sigint" if data[-1] == signal.SIGINT else "sigterm")
+
+    # While not idle, the counts go out at most once a second when they changed since the last
+    # report (from this loop, not per request: a busy worker's requests cost no message each).
+    HOLDS_REPORT_S = 1.0
+
+    def _holds_report_due(self):
+        """Seconds until the next counts report may go out; None while idle (no report due)."""
+        with self._lock:
+            if not self._running or self._reported_idle:
+                return None
+            return max(0.0, self._holds_sent_at + self.HOLDS_REPORT_S - time.monotonic())
+
+    def _report_holds(self):
+        with self._lock:
+            if not self._running or self._reported_idle:
+                return
+            if time.monotonic() < self._holds_sent_at + self.HOLDS_REPORT_S:
+                return
+            holds = self._holds_locked()
+            if holds != self._holds_sent:
+                self._send_locked({"type": "idle", "idle": False, **holds})
+            self._holds_sent_at = time.monotonic()
 
     def _on_posted(self):
         os.read(self._wake_r, 4096)
@@ -315,7 +346,17 @@ class WorkerRuntime:
                 raise TypeError("type is not a string")
         except (ValueError, TypeError, KeyError) as e:
             return log("control_message_dropped", reason=f"invalid: {e}")
-        if kind == "shutdown":
+        if kind == "ping":
+            # Answered on the main thread, which runs the lifecycle: if it is stuck (a reload
+            # hook that never returns, a deadlock), no pong goes out and the manager stops the
+            # worker as unresponsive (issue 14).
+            rid = msg.get("id")
+            if isinstance(rid, int) and not isinstance(rid, bool) and rid >= 0:
+                with self._lock:
+                    self._send_locked({"type": "pong", "id": rid})
+            else:
+                log("control_message_dropped", reason="ping without an id")
+        elif kind == "shutdown":
             self.stop(0, "shutdown")
         elif kind == "start":
             self._on_start(msg)
@@ -448,7 +489,8 @@ class WorkerRuntime:
         with self._lock:
             self._running = True
             self._reported_idle = self._idle_locked()
-            ready = {"type": "ready", "idle": self._reported_idle}
+            ready = {"type": "ready", "idle": self._reported_idle, "ping": True,
+                     **self._holds_locked()}
             if self._reload_hook is not None:
                 ready["reload"] = True
             self._send_locked(ready)
@@ -491,15 +533,26 @@ class WorkerRuntime:
     def _idle_locked(self):
         return self._inflight == 0 and self._busy == 0
 
+    def _holds_locked(self):
+        """What holds the worker (issue 14): this library relays no upgraded connections."""
+        return {"requests": self._inflight, "upgraded": 0, "busy": self._busy}
+
     def _report_idle_locked(self):
         if not self._running:
             return
         idle = self._idle_locked()
         if idle != self._reported_idle:
             self._reported_idle = idle
-            self._send_locked({"type": "idle", "idle": idle})
+            self._send_locked({"type": "idle", "idle": idle, **self._holds_locked()})
+            if not idle:
+                # The main thread may sleep in select() with no timeout: wake it, so that it
+                # reports the counts while the worker stays busy (once per flip, not per request).
+                self._holds_sent_at = time.monotonic()
+                self._wake()
 
     def _send_locked(self, msg):
+        if msg.get("type") in ("ready", "idle"):
+            self._holds_sent = {k: msg[k] for k in ("requests", "upgraded", "busy")}
         try:
             self.control.send(json.dumps(msg).encode())
         except OSError as e:

@@ -14,9 +14,13 @@
 //      `shutdown`, SIGTERM and a lost link are still seen meanwhile), then sends `started`;
 //   3. awaits setup(runtime), which returns the request listener `(req, res)` or
 //      `{ request, upgrade }` (a throw or a rejection is a `fatal`: redacted error, exit 1);
-//   4. serves HTTP/1.1 on fd 4, sends `ready {idle, reload?}`, then `idle {idle}` on every flip of
-//      (no request in flight, no upgraded connection, busy count zero); a connection counts as a
-//      request in flight from its accept until its first request is read;
+//   4. serves HTTP/1.1 on fd 4, sends `ready {idle, reload?, ping, requests, upgraded, busy}`,
+//      then `idle {idle, requests, upgraded, busy}` on every flip of (no request in flight, no
+//      upgraded connection, busy count zero), and while not idle at most once a second when a
+//      count changed (what holds the worker, issue 14); a connection counts as a request in
+//      flight from its accept until its first request is read;
+//   4b. answers each `ping {id}` with `pong {id}` from the event loop: a loop that is stuck (a
+//      handler that never yields) answers none, and the manager stops the worker as unresponsive;
 //   5. applies `reload` messages one at a time through the hook of runtime.onReload (busy while it
 //      runs), answering `reloaded` with its report or its redacted error;
 //   6. stops on `shutdown`, SIGTERM/SIGINT, parent death or a lost control link: stops accepting,
@@ -72,6 +76,7 @@ const FINAL_FLUSH_MS = 1000; // the last messages (a `fatal`) before the exit, a
 const LOCK_WAIT_LOG_MS = 100;
 const WATCHDOG_EXTRA_MS = 250; // after forceExitMs, a stop whose loop is stuck is killed // a lock not granted by then is logged as `lock_wait`
 const FLOCK = "flock";
+const HOLDS_REPORT_MS = 1000; // while not idle, changed counts are reported at most this often
 
 // --- the sans-IO pieces (unit-tested in corral-worker.test.mjs) -------------------------------
 
@@ -294,8 +299,11 @@ export class WorkerRuntime {
     this._reloads = []; // `reload` messages not applied yet, in arrival order
     this._reloading = false;
     this._inflight = 0;
+    this._upgraded = 0; // of _inflight: the open upgraded connections
     this._busy = 0;
     this._reportedIdle = true;
+    this._holdsSent = null; // the counts of the last `ready` or `idle` sent
+    this._holdsTimer = null; // while not idle: the next counts report
     this._running = false; // between `ready` and the stop: idle flips are reported
     this._stopping = false;
     this._started = false; // a `start` arrived: the lock is being taken (or held)
@@ -407,6 +415,12 @@ export class WorkerRuntime {
         return void this._prepared.then(() => this._onStart(msg));
       case "reload":
         return this._onReload(msg);
+      case "ping":
+        // Answered on the event loop, which runs the lifecycle: a stuck loop answers nothing.
+        if (!Number.isSafeInteger(msg.id) || msg.id < 0) {
+          return log("control_message_dropped", { reason: "ping without an id" });
+        }
+        return this._send({ type: "pong", id: msg.id });
       default:
         return; // unknown types are ignored (forward compatibility)
     }
@@ -505,9 +519,11 @@ export class WorkerRuntime {
     if (this._stopping) return;
     this._running = true;
     this._reportedIdle = this._idle();
-    const ready = { type: "ready", idle: this._reportedIdle };
+    const ready = { type: "ready", idle: this._reportedIdle, ping: true, ...this._holds() };
     if (this._reloadHook) ready.reload = true;
+    this._holdsSent = this._holds();
     this._send(ready);
+    if (!this._reportedIdle) this._armHoldsReport();
     log("worker_ready", { address: this.address });
     this._nextReload();
   }
@@ -544,7 +560,8 @@ export class WorkerRuntime {
     if (typeof upgrade === "function") {
       // An upgraded connection holds the worker until it closes.
       server.on("upgrade", (req, socket, head) => {
-        this._track(socket);
+        this._upgraded += 1;
+        this._track(socket, () => (this._upgraded -= 1));
         this._call(upgrade, [req, socket, head], () => socket.destroy());
       });
     }
@@ -560,13 +577,14 @@ export class WorkerRuntime {
 
   // A request (or an upgraded connection) in flight until the returned function runs; a closed
   // connection finishes all of its own.
-  _track(socket) {
+  _track(socket, onDone) {
     const open = socket[kOpen] || (socket[kOpen] = new Set());
     let done = false;
     const finish = () => {
       if (done) return;
       done = true;
       open.delete(finish);
+      if (onDone) onDone();
       this._requestFinished();
     };
     open.add(finish);
@@ -743,13 +761,47 @@ export class WorkerRuntime {
     return this._inflight === 0 && this._busy === 0;
   }
 
+  // What holds the worker (issue 14): requests in flight, open upgraded connections, busy count.
+  _holds() {
+    return {
+      requests: Math.max(0, this._inflight - this._upgraded),
+      upgraded: this._upgraded,
+      busy: this._busy,
+    };
+  }
+
   _reportIdle() {
     if (!this._running) return;
     const idle = this._idle();
     if (idle !== this._reportedIdle) {
       this._reportedIdle = idle;
-      this._send({ type: "idle", idle });
+      this._holdsSent = this._holds();
+      this._send({ type: "idle", idle, ...this._holdsSent });
+      if (idle) {
+        clearTimeout(this._holdsTimer);
+        this._holdsTimer = null;
+      } else {
+        this._armHoldsReport();
+      }
     }
+  }
+
+  // While not idle, the counts go out at most once a second when they changed since the last
+  // report (a timer, not per request: a busy worker's requests cost no message each).
+  _armHoldsReport() {
+    if (this._holdsTimer) return;
+    this._holdsTimer = setTimeout(() => {
+      this._holdsTimer = null;
+      if (!this._running || this._reportedIdle) return;
+      const h = this._holds();
+      const s = this._holdsSent || {};
+      if (h.requests !== s.requests || h.upgraded !== s.upgraded || h.busy !== s.busy) {
+        this._holdsSent = h;
+        this._send({ type: "idle", idle: false, ...h });
+      }
+      this._armHoldsReport();
+    }, HOLDS_REPORT_MS);
+    this._holdsTimer.unref();
   }
 
   _send(msg) {

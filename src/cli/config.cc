@@ -289,7 +289,7 @@ void read_worker_kind(Reader& r, std::string_view name, const toml::table& t,
   r.check_unknown(
       t, prefix,
       {"command", "env", "routes", "idle", "start_timeout", "stop_grace", "max_workers", "code",
-       "reload", "reload_timeout", "spares",
+       "reload", "reload_timeout", "response_timeout", "heartbeat", "spares",
        /* Containment: */ "memory_max", "pids_max", "cpu_weight", "log_max_size", "log_keep"});
   auto strings = [&](const char* key, std::vector<std::string>& out) {
     auto* n = t.get(key);
@@ -334,6 +334,15 @@ void read_worker_kind(Reader& r, std::string_view name, const toml::table& t,
     else
       k.reload_timeout_ms = ms;
   }
+  if (t.get("response_timeout")) {
+    uint32_t ms = k.response_timeout_ms;
+    duration("response_timeout", ms);
+    if (ms == 0)
+      errors.problems.push_back(prefix + "response_timeout: must be more than 0");
+    else
+      k.response_timeout_ms = ms;
+  }
+  duration("heartbeat", k.heartbeat_ms);
   read_worker_containment(r, t, prefix, k, errors);
   c.workers.push_back(std::move(k));
 }

@@ -34,6 +34,11 @@ struct WorkerKind {
   std::string code;
   std::string reload = "auto";
   uint32_t reload_timeout_ms = 30'000;
+  // A hanging worker (issue 14): how long the proxy waits for a response's head (then 504), and
+  // the control link's heartbeat (a ping every heartbeat_ms; no pong within twice that: handled
+  // as a lost link; 0: no pings).
+  uint32_t response_timeout_ms = 60'000;
+  uint32_t heartbeat_ms = 10'000;
 
   // --- Containment (issue 14; docs/config.md "Containment", workers/containment.h) ---
   // memory_max, pids_max, cpu_weight: each worker's limits (0: not limited); log_max_size,

@@ -122,4 +122,33 @@ std::string format_kinds(const nlohmann::json& kinds) {
   return table(rows);
 }
 
+std::string format_workers(const nlohmann::json& state) {
+  std::vector<std::vector<std::string>> rows{
+      {"ADDRESS", "STATUS", "PID", "HOLDS", "IDLE STOP", "DETAIL"}};
+  if (state.is_object())
+    for (const auto& [address, e] : state.items()) {
+      if (!e.is_object()) continue;
+      std::string pid = "-", holds = "-", idle_stop = "-", detail;
+      if (auto p = e.find("pid"); p != e.end() && p->is_number_integer())
+        pid = std::to_string(p->get<int64_t>());
+      if (auto h = e.find("holds"); h != e.end() && h->is_object())
+        holds = fmt::format("requests={} upgraded={} busy={}", h->value("requests", uint64_t{0}),
+                            h->value("upgraded", uint64_t{0}), h->value("busy", uint64_t{0}));
+      std::string stop_at = text(e, "idle_stop_at");
+      if (!stop_at.empty())
+        idle_stop = stop_at + (e.contains("idle_stop_delayed") ? " (delayed)" : "");
+      if (e.contains("error")) {
+        detail = error_detail(e["error"]);
+      } else if (e.value("suspended", false)) {
+        detail = "suspended";
+      } else if (std::string queued = text(e, "queuedAt"); !queued.empty()) {
+        detail = "queued at " + queued;
+      } else if (std::string v = short_version(e.value("version", nlohmann::json())); !v.empty()) {
+        detail = "version " + v;
+      }
+      rows.push_back({address, text(e, "status"), pid, holds, idle_stop, detail});
+    }
+  return table(rows);
+}
+
 }  // namespace corral::cli

@@ -17,6 +17,17 @@
 //     doc   3a4f5e6d7c8b  no     no       4        0      3a4f5e6d7c8b* 1a2b3c4d5e6f
 //   (VERSION and KEPT "-" for a kind without code; '*' marks the current version in KEPT, newest
 //   first).
+//
+//   corral ctl workers: one row per address (issue 14: what holds a worker, and when its idle
+//   stop comes)
+//     ADDRESS  STATUS   PID   HOLDS                          IDLE STOP             DETAIL
+//     doc:1    running  4242  requests=2 upgraded=1 busy=0   -
+//     doc:2    running  4243  requests=0 upgraded=0 busy=0   2026-12-03T16:05:00Z
+//     doc:3    failed   -     -                              -                     worker_exited:
+//     ...
+//   (IDLE STOP "-" while not idle; "(delayed)" after it when a connection waiting in the
+//   worker's accept queue holds it past that time; HOLDS "-" for a worker that sends no counts;
+//   DETAIL the version, the error of a failed address, "suspended", or when a start was queued).
 #pragma once
 
 #include <string>
@@ -31,5 +42,7 @@ std::string rollout_result(const nlohmann::json& entry);
 std::string format_rollout(const nlohmann::json& report);
 // The table of GET /workers/kinds.
 std::string format_kinds(const nlohmann::json& kinds);
+// The table of GET /workers.
+std::string format_workers(const nlohmann::json& state);
 
 }  // namespace corral::cli

@@ -73,5 +73,46 @@ TEST(CtlFormat, KindsShowVersionFlagsAndKeptVersions) {
             "plain  -             no     no       0        0      -\n");
 }
 
+TEST(CtlFormat, WorkersShowWhatHoldsThemAndTheIdleStop) {
+  nlohmann::json state = {
+      {"doc:1",
+       {{"status", "running"},
+        {"pid", 4242},
+        {"version", kV1},
+        {"holds", {{"requests", 2}, {"upgraded", 1}, {"busy", 0}}},
+        {"idle_since", nullptr},
+        {"idle_stop_at", nullptr}}},
+      {"doc:2",
+       {{"status", "running"},
+        {"pid", 4243},
+        {"holds", {{"requests", 0}, {"upgraded", 0}, {"busy", 0}}},
+        {"idle_since", "2026-12-03T16:00:00Z"},
+        {"idle_stop_at", "2026-12-03T16:05:00Z"},
+        {"idle_stop_delayed", "a connection waits in the worker's accept queue"}}},
+      {"doc:3",
+       {{"status", "failed"},
+        {"error", {{"message", "The worker stopped answering."}, {"code", "unresponsive"}}},
+        {"at", "2026-12-03T16:01:00Z"}}},
+      {"doc:4", {{"status", "queued"}, {"queuedAt", "2026-12-03T16:02:00Z"}}},
+      {"doc:5",
+       {{"status", "running"},
+        {"pid", 7},
+        {"idle_since", "2026-12-03T16:00:00Z"},
+        {"idle_stop_at", "2026-12-03T16:05:00Z"}}}};
+  EXPECT_EQ(format_workers(state),
+            "ADDRESS  STATUS   PID   HOLDS                         IDLE STOP                       "
+            "DETAIL\n"
+            "doc:1    running  4242  requests=2 upgraded=1 busy=0  -                               "
+            "version aaaaaaaaaaaa\n"
+            "doc:2    running  4243  requests=0 upgraded=0 busy=0  2026-12-03T16:05:00Z (delayed)\n"
+            "doc:3    failed   -     -                             -                               "
+            "unresponsive: The worker stopped answering.\n"
+            "doc:4    queued   -     -                             -                               "
+            "queued at 2026-12-03T16:02:00Z\n"
+            "doc:5    running  7     -                             2026-12-03T16:05:00Z\n");
+  EXPECT_EQ(format_workers(nlohmann::json::object()),
+            "ADDRESS  STATUS  PID  HOLDS  IDLE STOP  DETAIL\n");
+}
+
 }  // namespace
 }  // namespace corral::cli

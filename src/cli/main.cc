@@ -443,6 +443,13 @@ int run_ctl(const Flags& flags, const std::string& ctl_what, const std::string& 
       std::cout << cli::format_kinds(j);
     return 0;
   }
+  if (ctl_what == "workers" && a.status == 200 && !ctl_json) {
+    auto j = nlohmann::json::parse(a.body, nullptr, false);
+    if (!j.is_discarded()) {
+      std::cout << cli::format_workers(j);
+      return 0;
+    }
+  }
   std::cout << a.body << "\n";
   return a.status >= 200 && a.status < 300 ? 0 : 1;
 }
@@ -517,7 +524,7 @@ int main(int argc, char** argv) {
                   "The worker address (retry, stop, suspend, resume) or the KIND (rollout)");
   ctl->add_option("--to", ctl_to,
                   "rollout: a kept VERSION to roll back to (a prefix of 8+ digits)");
-  ctl->add_flag("--json", ctl_json, "rollout, kinds: print the JSON, not a table");
+  ctl->add_flag("--json", ctl_json, "rollout, kinds, workers: print the JSON, not a table");
   ctl->add_option("--state-dir", flags.state_dir, "The state directory of the running corral");
 
   CLI11_PARSE(app, argc, argv);

@@ -20,6 +20,8 @@ std::vector<workers::KindConfig> kind_configs(const std::vector<WorkerKind>& kin
                : k.reload == "restart" ? workers::KindConfig::Reload::restart
                                        : workers::KindConfig::Reload::automatic;
     c.reload_timeout_ms = k.reload_timeout_ms;
+    c.response_timeout_ms = k.response_timeout_ms;
+    c.heartbeat_ms = k.heartbeat_ms;
     // Containment (workers/containment.h, kind_log.h)
     c.limits = {k.memory_max, k.pids_max, k.cpu_weight};
     c.log_rotation = {k.log_max_size, k.log_keep};

@@ -95,6 +95,7 @@ void Server::attach(Upgraded* u) {
   u->next_ = upgraded_;
   if (upgraded_) upgraded_->prev_ = u;
   upgraded_ = u;
+  ++upgraded_count_;
   ++stats_.active;
   notify_idle();
   if (closing_ && !draining_) u->server_closing();  // draining: a fresh socket is kept too
@@ -105,6 +106,7 @@ void Server::detach(Upgraded* u) {
   if (u->next_) u->next_->prev_ = u->prev_;
   if (upgraded_ == u) upgraded_ = u->next_;
   u->prev_ = u->next_ = nullptr;
+  --upgraded_count_;
   --stats_.active;
   notify_idle();
   if (closing_) maybe_finish_close();

@@ -95,6 +95,9 @@ class Server {
 
   // Idle: no request in flight and no upgraded connection open. A worker reports the flips.
   bool idle() const { return inflight_ == 0 && upgraded_ == nullptr; }
+  // What keeps it from idle (a worker reports them: "why alive").
+  size_t requests_in_flight() const { return inflight_; }
+  size_t upgraded_connections() const { return upgraded_count_; }
   std::function<void(bool idle)> on_idle_change;
   void request_started();
   void request_finished();
@@ -131,6 +134,7 @@ class Server {
   std::shared_ptr<const AdmissionPolicy> policy_;
   Connection* head_ = nullptr;    // intrusive list of live connections
   Upgraded* upgraded_ = nullptr;  // intrusive list of upgraded connections
+  size_t upgraded_count_ = 0;     // its length
   size_t inflight_ = 0;           // requests between their first byte and their response
   bool was_idle_ = true;
   void notify_idle();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <utility>
 
 #include "core/event_loop.h"
 #include "core/timer_wheel.h"
@@ -139,6 +140,7 @@ class ProxiedExchange final : public Exchange {
 
   core::EventLoop& loop() { return loop_; }
   void set_path(std::string path) { path_ = std::move(path); }
+  void set_on_timeout(std::function<Response()> f) { on_timeout_ = std::move(f); }
   // Before it is sent again: a fresh connection of its own (the one it was on had died under
   // it), or, after finding the upstream again, as new.
   void reset(bool fresh_connection);
@@ -178,8 +180,9 @@ class ProxiedExchange final : public Exchange {
   UpstreamPool* pool_;  // null once it is retried on a fresh connection of its own
   core::Timer timer_;   // until the response head
   uint32_t timeout_ms_;
-  Call* call_ = nullptr;  // the client's side until the head is answered
-  Body* body_ = nullptr;  // then the stream that carries the body
+  std::function<Response()> on_timeout_;  // the response instead of a bare 504
+  Call* call_ = nullptr;                  // the client's side until the head is answered
+  Body* body_ = nullptr;                  // then the stream that carries the body
   http::StreamWriter* writer_ = nullptr;
   std::string pending_body_;  // before the writer is there: bounded by one read's worth
   Response pending_head_;     // built, not answered yet (head_waits_)
@@ -512,6 +515,7 @@ void ProxiedExchange::respond(Response r) {
 
 void ProxiedExchange::respond_error(int status, std::string_view why) {
   if (call_ && call_->responder) {
+    if (status == 504 && on_timeout_) return respond(std::exchange(on_timeout_, nullptr)());
     auto r = Response::status_only(status);
     r.header("Corral-Proxy-Error", std::string(why));
     respond(std::move(r));
@@ -534,6 +538,7 @@ Response proxy_to(Request& req, std::string unix_path, ProxyOptions options) {
   auto ex = std::make_unique<ProxiedExchange>(
       *req.loop, prepare_request(req, options), options.response_timeout_ms,
       req.method == Method::kHead, is_upgrade(req), options.pool, pipelinable(req));
+  ex->set_on_timeout(std::move(options.on_timeout));
   ex->set_path(std::move(unix_path));
   return Response::deferred(std::make_unique<Call>(std::move(ex), nullptr, false));
 }
@@ -544,6 +549,7 @@ Response proxy_found(Request& req, UpstreamFinder find, ProxyOptions options) {
   auto ex = std::make_unique<ProxiedExchange>(
       *req.loop, prepare_request(req, options), options.response_timeout_ms,
       req.method == Method::kHead, is_upgrade(req), options.pool, pipelinable(req));
+  ex->set_on_timeout(std::move(options.on_timeout));
   bool idempotent =
       req.method == Method::kGet || req.method == Method::kHead || req.method == Method::kOptions;
   return Response::deferred(std::make_unique<Call>(std::move(ex), std::move(find), idempotent));

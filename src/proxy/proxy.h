@@ -38,6 +38,9 @@ struct ProxyOptions {
     return *this;
   }
   uint32_t response_timeout_ms = 60'000;  // until the upstream's response head
+  // No head within response_timeout_ms: the response the client gets instead of the bare 504
+  // (called once, on the loop; a caller logs there). Unset: 504 with Corral-Proxy-Error.
+  std::function<http::Response()> on_timeout;
   std::string target;  // the request target the upstream sees; empty: the client's
 };
 

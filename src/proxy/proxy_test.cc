@@ -78,6 +78,27 @@ class ProxyClock : public ::testing::Test {
   std::vector<http::Response> calls_;  // the deferred responses (their producers live here)
 };
 
+TEST_F(ProxyClock, OnTimeoutGivesTheResponseInsteadOfTheBare504) {
+  Answer a;
+  int calls = 0;
+  ProxyOptions o;
+  o.response_timeout_ms = 200;
+  o.on_timeout = [&calls] {
+    ++calls;
+    return http::Response::text("the worker did not answer\n", 504);
+  };
+  start(a, "/hang", std::move(o));
+  auto up = accept_upstream();
+  ASSERT_TRUE(up);
+  now_ms_ += 201;
+  settle();
+  ASSERT_TRUE(a.got);
+  EXPECT_EQ(a.got->status, 504);
+  EXPECT_EQ(a.body(), "the worker did not answer\n");
+  EXPECT_FALSE(a.got->find_header("Corral-Proxy-Error"));
+  EXPECT_EQ(calls, 1);
+}
+
 TEST_F(ProxyClock, NoHeadWithinTheResponseTimeoutIs504) {
   Answer a;
   start(a, "/slow", {.response_timeout_ms = 500});

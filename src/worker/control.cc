@@ -2,6 +2,8 @@
 
 #include <cerrno>
 
+#include <fmt/format.h>
+
 #include "core/escape.h"
 
 namespace corral::worker {
@@ -70,6 +72,11 @@ core::Result<ManagerMessage> parse_manager_message(std::string_view packet) {
     if (auto s = j.find("start"); s != j.end()) m.start.start = *s;
     if (auto r = parse_code(j, "start", /*code_required=*/false, m.start.code); !r)
       return r.error();
+  } else if (m.type_name == "ping") {
+    m.type = ManagerMessageType::kPing;
+    auto id = j.find("id");
+    if (id == j.end() || !id->is_number_unsigned()) return invalid("ping without an integer 'id'");
+    m.ping_id = id->get<uint64_t>();
   } else if (m.type_name == "reload") {
     m.type = ManagerMessageType::kReload;
     auto id = j.find("id");
@@ -97,14 +104,25 @@ std::string encode_started() {
   return R"({"type":"started"})";
 }
 
-std::string encode_ready(bool idle, bool reload) {
-  nlohmann::json j = {{"type", "ready"}, {"idle", idle}};
+std::string encode_ready(bool idle, bool reload, const Holds& holds) {
+  nlohmann::json j = {{"type", "ready"},
+                      {"idle", idle},
+                      {"ping", true},
+                      {"requests", holds.requests},
+                      {"upgraded", holds.upgraded},
+                      {"busy", holds.busy}};
   if (reload) j["reload"] = true;
   return j.dump();
 }
 
-std::string encode_idle(bool idle) {
-  return idle ? R"({"type":"idle","idle":true})" : R"({"type":"idle","idle":false})";
+std::string encode_idle(bool idle, const Holds& holds) {
+  // Formatted by hand: this goes out on every flip of a busy worker.
+  return fmt::format(R"({{"type":"idle","idle":{},"requests":{},"upgraded":{},"busy":{}}})",
+                     idle ? "true" : "false", holds.requests, holds.upgraded, holds.busy);
+}
+
+std::string encode_pong(uint64_t id) {
+  return fmt::format(R"({{"type":"pong","id":{}}})", id);
 }
 
 std::string encode_fatal(const PublicError& error) {

@@ -5,8 +5,8 @@
 //
 // Unknown message types parse as kUnknown (forward compatibility: the caller ignores them); a
 // packet that is not a JSON object with a string `type`, a `start` without its `lock`, or a
-// `reload` without a positive integer `id` and a `code` object with a string `version`, is an
-// error the caller logs and drops.
+// `reload` without a positive integer `id` and a `code` object with a string `version`, or a
+// `ping` whose `id` is not a non-negative integer, is an error the caller logs and drops.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +27,7 @@ struct PublicError {
   std::string reason;
 };
 
-enum class ManagerMessageType { kStart, kShutdown, kReload, kUnknown };
+enum class ManagerMessageType { kStart, kShutdown, kReload, kPing, kUnknown };
 
 // A set of the kind's code, as `start` and `reload` carry it (docs/worker-protocol.md, "Code"):
 // the version, the snapshot's directory (read-only files, never the live directory) and the
@@ -55,6 +55,16 @@ struct ManagerMessage {
   std::string type_name;  // as received, for logs
   StartMessage start;     // kStart only
   ReloadMessage reload;   // kReload only
+  uint64_t ping_id = 0;   // kPing only: the pong carries it back
+};
+
+// What holds a worker (issue 14, "why alive"): its requests in flight, its open upgraded
+// connections and its own busy count, as `ready` and `idle` report them.
+struct Holds {
+  uint64_t requests = 0;
+  uint64_t upgraded = 0;
+  uint64_t busy = 0;
+  bool operator==(const Holds&) const = default;
 };
 
 core::Result<ManagerMessage> parse_manager_message(std::string_view packet);
@@ -63,9 +73,11 @@ nlohmann::json to_json(const PublicError& error);
 // A warm spare's (launched without an address) once it waits for `start` (issue 14).
 std::string encode_standby();
 std::string encode_started();
-// `reload`: the application registered a reload hook (the worker can reload in place).
-std::string encode_ready(bool idle, bool reload = false);
-std::string encode_idle(bool idle);
+// `reload`: the application registered a reload hook (the worker can reload in place). `ready`
+// always says `ping: true`: the library answers pings.
+std::string encode_ready(bool idle, bool reload, const Holds& holds);
+std::string encode_idle(bool idle, const Holds& holds);
+std::string encode_pong(uint64_t id);
 std::string encode_fatal(const PublicError& error);
 // The answers to a `reload`: the hook's report (null becomes {}), or the public error. `version`
 // is the reload's own (the set it was asked to run).

@@ -62,6 +62,16 @@ TEST(ControlCodec, ParsesShutdownAndIgnoresUnknown) {
   EXPECT_EQ(u->type_name, "suspend");
 }
 
+TEST(ControlCodec, ParsesPing) {
+  auto p = parse_manager_message(R"({"type":"ping","id":12})");
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->type, ManagerMessageType::kPing);
+  EXPECT_EQ(p->ping_id, 12u);
+  for (const char* bad :
+       {R"({"type":"ping"})", R"({"type":"ping","id":-1})", R"({"type":"ping","id":"1"})"})
+    EXPECT_FALSE(parse_manager_message(bad)) << bad;
+}
+
 TEST(ControlCodec, RefusesMalformed) {
   for (const char* bad : {"",
                           "{",
@@ -91,10 +101,20 @@ TEST(ControlCodec, RefusesMalformed) {
 
 TEST(ControlCodec, EncodesWorkerMessages) {
   EXPECT_EQ(nlohmann::json::parse(encode_started()), (nlohmann::json{{"type", "started"}}));
-  EXPECT_EQ(nlohmann::json::parse(encode_ready(true)),
-            (nlohmann::json{{"type", "ready"}, {"idle", true}}));
-  EXPECT_EQ(nlohmann::json::parse(encode_ready(false, true)),
-            (nlohmann::json{{"type", "ready"}, {"idle", false}, {"reload", true}}));
+  EXPECT_EQ(nlohmann::json::parse(encode_ready(true, false, {})), (nlohmann::json{{"type", "ready"},
+                                                                                  {"idle", true},
+                                                                                  {"ping", true},
+                                                                                  {"requests", 0},
+                                                                                  {"upgraded", 0},
+                                                                                  {"busy", 0}}));
+  EXPECT_EQ(nlohmann::json::parse(encode_ready(false, true, {1, 2, 3})),
+            (nlohmann::json{{"type", "ready"},
+                            {"idle", false},
+                            {"ping", true},
+                            {"requests", 1},
+                            {"upgraded", 2},
+                            {"busy", 3},
+                            {"reload", true}}));
   EXPECT_EQ(
       nlohmann::json::parse(encode_reloaded(7, "v2", {{"n", 1}})),
       (nlohmann::json{{"type", "reloaded"}, {"id", 7}, {"version", "v2"}, {"report", {{"n", 1}}}}));
@@ -105,8 +125,13 @@ TEST(ControlCodec, EncodesWorkerMessages) {
                             {"id", 3},
                             {"version", "v"},
                             {"error", {{"message", "cannot"}, {"code", "no_reload"}}}}));
-  EXPECT_EQ(nlohmann::json::parse(encode_idle(false)),
-            (nlohmann::json{{"type", "idle"}, {"idle", false}}));
+  EXPECT_EQ(nlohmann::json::parse(encode_idle(false, {4, 1, 0})),
+            (nlohmann::json{
+                {"type", "idle"}, {"idle", false}, {"requests", 4}, {"upgraded", 1}, {"busy", 0}}));
+  EXPECT_EQ(nlohmann::json::parse(encode_idle(true, {})),
+            (nlohmann::json{
+                {"type", "idle"}, {"idle", true}, {"requests", 0}, {"upgraded", 0}, {"busy", 0}}));
+  EXPECT_EQ(nlohmann::json::parse(encode_pong(7)), (nlohmann::json{{"type", "pong"}, {"id", 7}}));
 }
 
 TEST(ControlCodec, FatalLeavesOutEmptyFieldsAndSurvivesBadUtf8) {

@@ -429,6 +429,11 @@ class Worker {
         reloads_.push_back(std::move(m.reload));
         schedule_reload();
         return;
+      case ManagerMessageType::kPing:
+        // Answered here, on the loop: a loop stuck in a handler answers nothing, and the manager
+        // then stops the worker as unresponsive (issue 14), which is the point.
+        channel_.send(encode_pong(m.ping_id));
+        return;
       case ManagerMessageType::kUnknown:
         log_.debug("control_message_ignored", "type=\"{}\"", m.type_name);
         return;
@@ -484,7 +489,9 @@ class Worker {
     server_->publish(std::move(site.value()));
     state_ = State::kRunning;
     reported_idle_ = idle();
-    channel_.send(encode_ready(reported_idle_, static_cast<bool>(reload_hook_)));
+    reported_holds_ = holds();
+    channel_.send(encode_ready(reported_idle_, static_cast<bool>(reload_hook_), reported_holds_));
+    if (!reported_idle_) arm_holds_report();
     log_.info("worker_ready", "address=\"{}\" routes={} reload={}", address_,
               server_->site()->route_count(), reload_hook_ ? "true" : "false");
     schedule_reload();  // what arrived before `ready`
@@ -542,6 +549,30 @@ class Worker {
 
   bool idle() const { return (!server_ || server_->idle()) && busy_ == 0; }
 
+  Holds holds() const {
+    return {server_ ? server_->requests_in_flight() : 0,
+            server_ ? server_->upgraded_connections() : 0, static_cast<uint64_t>(busy_)};
+  }
+
+  // While not idle, the counts go out at most once a second, when they changed since the last
+  // report (a timer, not per request: a busy worker's requests cost no message each).
+  static constexpr uint32_t kHoldsReportMs = 1000;
+
+  void arm_holds_report() {
+    if (holds_report_.armed()) return;
+    holds_report_.bind(loop_.timers(), [this] {
+      if (state_ != State::kRunning || reported_idle_) return;
+      Holds h = holds();
+      if (!(h == reported_holds_)) {
+        reported_holds_ = h;
+        // Not a flip: sent as is (send_idle_flip would cancel it against the next flip).
+        channel_.send(encode_idle(false, h));
+      }
+      arm_holds_report();
+    });
+    holds_report_.arm_after(kHoldsReportMs);
+  }
+
   // Busy is reported at once; idle only after kIdleReportDelayMs of quiet: a worker under load
   // is idle for microseconds between two requests, and reporting each flip would cost the
   // supervisor two messages per request. (The manager's idle stop counts in seconds.)
@@ -553,7 +584,9 @@ class Worker {
       idle_report_.cancel();
       if (reported_idle_) {
         reported_idle_ = false;
-        channel_.send_idle_flip(encode_idle(false));
+        reported_holds_ = holds();
+        channel_.send_idle_flip(encode_idle(false, reported_holds_));
+        arm_holds_report();
       }
       return;
     }
@@ -561,7 +594,9 @@ class Worker {
       idle_report_.bind(loop_.timers(), [this] {
         if (state_ != State::kRunning || !idle() || reported_idle_) return;
         reported_idle_ = true;
-        channel_.send_idle_flip(encode_idle(true));
+        holds_report_.cancel();
+        reported_holds_ = holds();
+        channel_.send_idle_flip(encode_idle(true, reported_holds_));
       });
       idle_report_.arm_after(kIdleReportDelayMs);
     }
@@ -623,6 +658,8 @@ class Worker {
   int busy_ = 0;
   bool reported_idle_ = true;
   core::Timer idle_report_;
+  Holds reported_holds_;  // the counts of the last `ready` or `idle` sent
+  core::Timer holds_report_;
   int exit_status_ = kExitOk;
 };
 

@@ -12,9 +12,13 @@
 //      sends `started`;
 //   3. calls the application's setup function with a WorkerContext and a SiteBuilder (a throw, or
 //      routes that do not build, is a `fatal` with the redacted error and exit status 1);
-//   4. publishes the site on the listening socket, sends `ready {idle, reload}` (`reload: true`
-//      when setup registered a reload hook), then `idle {idle}` on every flip of (no request in
-//      flight, no upgraded connection, busy count zero);
+//   4. publishes the site on the listening socket, sends `ready {idle, reload, ping, requests,
+//      upgraded, busy}` (`reload: true` when setup registered a reload hook), then `idle {idle,
+//      requests, upgraded, busy}` on every flip of (no request in flight, no upgraded
+//      connection, busy count zero), and while not idle at most once a second when a count
+//      changed (the manager shows them as what holds the worker);
+//   4b. answers each `ping {id}` with `pong {id}` from the loop (issue 14): a loop stuck in a
+//      handler stops answering, and the manager stops the worker as unresponsive;
 //   5. applies each `reload {id, scripts, code}` (below) and answers `reloaded`;
 //   6. stops on `shutdown`, SIGTERM/SIGINT, parent death or a lost control link (EOF on fd 3):
 //      stops accepting, lets running requests finish for at most half of force_exit_ms, runs the

@@ -28,6 +28,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A `ready` or `idle` message: `fields` and the counts of what holds the worker (issue 14).
+nlohmann::json msg(nlohmann::json fields, uint64_t requests = 0, uint64_t upgraded = 0,
+                   uint64_t busy = 0) {
+  fields["requests"] = requests;
+  fields["upgraded"] = upgraded;
+  fields["busy"] = busy;
+  return fields;
+}
+
 class WorkerProcess {
  public:
   // Forks a child that runs worker_main(setup, options) on fds 3 and 4.
@@ -250,8 +259,8 @@ TEST(WorkerMain, BusyCountHoldsIdleAcrossReady) {
       {});
   w.send_start();
   EXPECT_EQ(w.recv()["type"], "started");
-  EXPECT_EQ(w.recv(), (nlohmann::json{{"type", "ready"}, {"idle", false}}));
-  EXPECT_EQ(w.recv(), (nlohmann::json{{"type", "idle"}, {"idle", true}}));
+  EXPECT_EQ(w.recv(), msg({{"type", "ready"}, {"idle", false}, {"ping", true}}, 0, 0, 1));
+  EXPECT_EQ(w.recv(), msg({{"type", "idle"}, {"idle", true}}));
   w.send(R"({"type":"shutdown"})");
   int status = w.wait();
   ASSERT_TRUE(WIFEXITED(status));
@@ -276,10 +285,10 @@ TEST(WorkerMain, ReloadRunsTheHookAndThenTheContextHasTheNewSet) {
   nlohmann::json v1_scripts = {{{"path", "app.py"}, {"digest", "11"}}};
   w.send_start({{"scripts", v1_scripts}, {"code", {{"version", "v1"}, {"dir", "/code/v1"}}}});
   EXPECT_EQ(w.recv()["type"], "started");
-  EXPECT_EQ(w.recv(), (nlohmann::json{{"type", "ready"}, {"idle", true}, {"reload", true}}));
+  EXPECT_EQ(w.recv(), msg({{"type", "ready"}, {"idle", true}, {"reload", true}, {"ping", true}}));
   w.send_reload(1, "v2");
   // Busy while the hook runs: `idle:false` before the reply.
-  EXPECT_EQ(w.recv(), (nlohmann::json{{"type", "idle"}, {"idle", false}}));
+  EXPECT_EQ(w.recv(), msg({{"type", "idle"}, {"idle", false}}, 0, 0, 1));
   auto r1 = w.recv();
   EXPECT_EQ(r1["type"], "reloaded");
   EXPECT_EQ(r1["id"], 1);
@@ -290,7 +299,7 @@ TEST(WorkerMain, ReloadRunsTheHookAndThenTheContextHasTheNewSet) {
   EXPECT_EQ(r1["report"]["new"], "v2");
   EXPECT_EQ(r1["report"]["dir"], "/code/v2");
   EXPECT_EQ(r1["report"]["scripts"], (nlohmann::json{{{"path", "v2.py"}, {"digest", "00"}}}));
-  EXPECT_EQ(w.recv(), (nlohmann::json{{"type", "idle"}, {"idle", true}}));
+  EXPECT_EQ(w.recv(), msg({{"type", "idle"}, {"idle", true}}));
   w.send_reload(2, "v3");
   auto r2 = w.recv_skipping_idle();
   EXPECT_EQ(r2["id"], 2);
@@ -357,7 +366,7 @@ TEST(WorkerMain, ReloadsBeforeReadyWaitAndNoHookIsNoReload) {
   EXPECT_TRUE(w.recv(200).is_null());  // nothing before the lock
   held.reset();
   EXPECT_EQ(w.recv()["type"], "started");
-  EXPECT_EQ(w.recv(), (nlohmann::json{{"type", "ready"}, {"idle", true}}));  // no "reload"
+  EXPECT_EQ(w.recv(), msg({{"type", "ready"}, {"idle", true}, {"ping", true}}));  // no "reload"
   nlohmann::json no_reload = {{"message", "This worker cannot reload in place."},
                               {"code", "no_reload"}};
   EXPECT_EQ(

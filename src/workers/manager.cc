@@ -352,6 +352,9 @@ void Manager::on_message(Worker& w, const nlohmann::json& msg) {
     w.idle = idle_of();
     w.served = !w.idle;
     w.idle_since = w.ready_at = loop_.now();
+    w.idle_since_wall = loop_.wall_seconds();
+    record_holds(w, msg);
+    heartbeat_on_ready(w, msg);
     log_.info("worker_ready", "address=\"{}\" pid={} idle={}", slot.address, w.pid, w.idle);
     // A rollout may replace it now (its waiters then wait for the new worker).
     rollout_on_ready(w);
@@ -366,9 +369,16 @@ void Manager::on_message(Worker& w, const nlohmann::json& msg) {
     rollout_on_reloaded(w, msg);
   } else if (type == "idle") {
     bool idle = idle_of();
-    if (idle && !w.idle) w.idle_since = loop_.now();
+    if (idle && !w.idle) {
+      w.idle_since = loop_.now();
+      w.idle_since_wall = loop_.wall_seconds();
+    }
     if (!idle) w.served = true;
     w.idle = idle;
+    record_holds(w, msg);
+    if (w.ready) changed(slot);  // idle_since, idle_stop_at and holds are in its entry
+  } else if (type == "pong") {
+    heartbeat_on_pong(w, msg);
   } else if (type == "fatal") {
     auto it = msg.find("error");
     nlohmann::json pub = sanitize_error(it == msg.end() ? nlohmann::json() : *it);
@@ -406,22 +416,28 @@ void Manager::on_link_check(Worker& w) {
     return;
   }
   if (w.spare) return spare_stop(w, "link_lost");
+  link_lost(w, "link_lost", public_error("The worker lost its link.", "link_lost"));
+}
+
+void Manager::link_lost(Worker& w, std::string_view why, nlohmann::json error) {
   Slot& slot = *w.slot;
   const uint64_t now = loop_.now();
   rollout_on_link_lost(slot);
   if (!w.ready) {
-    return fail(slot, public_error("The worker lost its link.", "link_lost"),
-                "the control link closed before ready");
+    return fail(slot, std::move(error),
+                why == "link_lost" ? std::string("the control link closed before ready")
+                                   : fmt::format("{} before ready", why));
   }
   // Kept outside the slot: the slot goes with the recovered worker's exit, the memory must not.
   auto it = recoveries_.find(slot.address);
   if (it != recoveries_.end() && now - it->second < options_.link_recovery_window_ms) {
-    return fail(slot, public_error("The worker lost its link.", "link_lost"),
-                "a second lost control link within the recovery window");
+    return fail(slot, std::move(error),
+                fmt::format("{}: a second lost control link within the recovery window", why));
   }
   recoveries_[slot.address] = now;
-  log_.warn("worker_link_lost", "address=\"{}\" pid={} action=stop", slot.address, w.pid);
-  begin_stop(w, "link_lost");
+  log_.warn("worker_link_lost", "address=\"{}\" pid={} action=stop reason={}", slot.address, w.pid,
+            why);
+  begin_stop(w, why);
 }
 
 void Manager::on_start_timeout(Worker& w) {

@@ -50,6 +50,12 @@
 //    `stopped`; a crash: its error, the address failed), its lost link, or reload_timeout_ms
 //    after the call (code reload_timeout; for a replacement too); close() settles what is left
 //    `stopped`. A worker not ready yet in automatic mode is decided at its `ready`.
+//  * hanging workers (issue 14, manager_heartbeat.cc): a ready worker whose `ready` said
+//    `ping: true` is pinged every heartbeat_ms of its kind; no `pong` within 2 x heartbeat_ms is
+//    `worker_unresponsive` and then handled as a lost link (above). The proxy's own wait for a
+//    response head is the kind's response_timeout_ms (proxy_routes.h).
+//  * why alive (issue 14, manager_state.cc): a running worker's entry has the counts of its last
+//    `ready`/`idle` (`holds`: requests, upgraded, busy), `idle_since` and `idle_stop_at`.
 //  * spares (issue 14, manager_spares.cc): a kind's `spares` keeps that many processes launched
 //    without an address (no CORRAL_ADDRESS; a listening socket at
 //    <state>/sockets/.spare-<pid>-<n>), past their own setup (`standby`), waiting for `start`. A
@@ -137,6 +143,14 @@ struct KindConfig {
   enum class Reload { automatic, in_place, restart };
   Reload reload = Reload::automatic;
   uint32_t reload_timeout_ms = 30'000;  // a worker's entry in a rollout settles by then
+
+  // A hanging worker (issue 14). The proxy route's wait for a response's head: past it the client
+  // gets 504 {"error":{"code":"worker_timeout"}} (proxy_routes.h).
+  uint32_t response_timeout_ms = 60'000;
+  // The control link's heartbeat (manager_heartbeat.cc): every heartbeat_ms the manager pings a
+  // ready worker whose `ready` said `ping: true`; no `pong` within 2 x heartbeat_ms of a ping is
+  // an unresponsive worker, handled as a lost link. 0: never pinged.
+  uint32_t heartbeat_ms = 10'000;
 
   // Containment (issue 14; workers/containment.h, kind_log.h, docs/process-model.md): each of
   // the kind's workers runs under `limits` (memory_max, pids_max, cpu_weight), and its log file,
@@ -259,8 +273,9 @@ class Manager {
   // or waiting brings them to (the store keeps them).
   std::set<std::string> versions_in_use(const std::string& kind) const;
 
-  // {wire address: {status: starting|running|stopping, pid, startedAt, version?} | {status:
-  // failed, error, at}
+  // {wire address: {status: starting|running|stopping, pid, startedAt, version?, and when running
+  // holds?: {requests, upgraded, busy} (its last report), idle_since, idle_stop_at (ISO times,
+  // null while not idle), idle_stop_delayed?} | {status: failed, error, at}
   //  | {status: queued, queuedAt}}; a suspended address has `suspended: true` (and
   //  `status: suspended` with no worker).
   nlohmann::json state() const;
@@ -340,6 +355,17 @@ class Manager {
   void rollout_replace(Worker& w, RolloutEntry& e);
   void rollout_settle(Kind& kind, const std::string& address, nlohmann::json result);
   void rollout_finish(Kind& kind);
+  // The heartbeat (manager_heartbeat.cc): started at `ready` if it said `ping: true`, a `pong`
+  // arms the next ping, the timer sends one or finds the waiting one unanswered.
+  void heartbeat_on_ready(Worker& w, const nlohmann::json& ready);
+  void heartbeat_on_pong(Worker& w, const nlohmann::json& pong);
+  void heartbeat_due(Worker& w);
+  // A lost control link, or an unresponsive worker (`why`): a stop recovered from once per
+  // link_recovery_window_ms after `ready`, else the address fails with `error`.
+  void link_lost(Worker& w, std::string_view why, nlohmann::json error);
+  // The counts of a `ready` or `idle` (manager_state.cc), and the idle flip's time.
+  void record_holds(Worker& w, const nlohmann::json& msg);
+  void add_why_alive(const Worker& w, nlohmann::json& entry) const;
   // The lifecycle shared by a start and a spare's bind (manager.cc): the start hook's data (a
   // throw fails the slot: nullopt), the worker made from a launch (registered, counted live), its
   // `start` sent with the start timer armed.

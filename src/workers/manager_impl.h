@@ -6,6 +6,8 @@
 // files include it. Lifetime and threading are the Manager's (workers/manager.h). The rollout step
 // (issue 13) is in manager_rollout.cc: a kind's rollout in progress (Rollout, its entries by
 // address) and the reload state of each worker (Worker::version, reload_sent, reload_pending).
+// The heartbeat (issue 14) is in manager_heartbeat.cc; what holds a worker (its counts) is read in
+// manager_state.cc.
 // Warm spares (issue 14) are in manager_spares.cc: a kind's spares, each a Worker in a Slot of
 // its own that is in no map (Kind::spares), moved into the address's slot by a bind.
 #pragma once
@@ -185,6 +187,21 @@ struct Manager::Worker final : core::IoHandler {
   };
   std::optional<SentReload> reload_sent;
   std::optional<CodeSet> reload_pending;
+  // The heartbeat (issue 14, manager_heartbeat.cc): whether its `ready` said `ping: true`; the
+  // timer (the next ping, or the deadline of the one waiting for its `pong`); that ping's id (0:
+  // none waits) and when it was sent.
+  bool can_ping = false;
+  core::Timer heartbeat;
+  uint64_t ping_ids = 0;
+  uint64_t ping_waiting = 0;
+  uint64_t ping_sent_ms = 0;
+  // What holds it (issue 14, "why alive"): the counts of its last `ready` or `idle` that had them
+  // (none from a worker that never sent any), and the wall time of its last flip to idle.
+  struct Holds {
+    uint64_t requests = 0, upgraded = 0, busy = 0;
+  };
+  std::optional<Holds> holds;
+  time_t idle_since_wall = 0;
 };
 
 struct Manager::Slot {

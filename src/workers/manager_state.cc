@@ -6,6 +6,43 @@ namespace corral::workers {
 
 using namespace detail;
 
+namespace {
+
+// A count of a `ready` or `idle` message: a non-negative integer, else 0.
+uint64_t count_of(const nlohmann::json& msg, const char* key) {
+  auto it = msg.find(key);
+  return it != msg.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
+}
+
+}  // namespace
+
+void Manager::record_holds(Worker& w, const nlohmann::json& msg) {
+  // A worker that never sends counts (an older library) has no `holds` in its entry.
+  if (!msg.contains("requests") && !msg.contains("upgraded") && !msg.contains("busy")) return;
+  w.holds =
+      Worker::Holds{count_of(msg, "requests"), count_of(msg, "upgraded"), count_of(msg, "busy")};
+}
+
+// Why a running worker is alive ("holds"; issue 14): what its last report counted, when it went
+// idle and when the idle stop comes (null while it is not idle). The idle check runs every
+// idle_check_ms, so the stop comes up to that much after idle_stop_at; past it, a connection
+// waiting in its socket's accept queue (a request it has not taken yet) holds it.
+void Manager::add_why_alive(const Worker& w, nlohmann::json& e) const {
+  if (w.holds)
+    e["holds"] = {
+        {"requests", w.holds->requests}, {"upgraded", w.holds->upgraded}, {"busy", w.holds->busy}};
+  if (!w.idle) {
+    e["idle_since"] = nullptr;
+    e["idle_stop_at"] = nullptr;
+    return;
+  }
+  const uint32_t idle_ms = w.slot->kind->config.idle_ms;
+  e["idle_since"] = iso8601(w.idle_since_wall);
+  e["idle_stop_at"] = iso8601(w.idle_since_wall + static_cast<time_t>((idle_ms + 999) / 1000));
+  if (loop_.now() - w.idle_since >= idle_ms && connection_waiting(w))
+    e["idle_stop_delayed"] = "a connection waits in the worker's accept queue";
+}
+
 nlohmann::json Manager::entry(const std::string& address) const {
   const Slot* slot = find(address);
   return slot ? entry_of(*slot) : nlohmann::json();
@@ -22,6 +59,7 @@ nlohmann::json Manager::entry_of(const Slot& slot) const {
          {"pid", w->pid},
          {"startedAt", iso8601(w->started_at)}};
     if (!w->version.empty()) e["version"] = w->version;
+    if (w->ready && !w->stopping) add_why_alive(*w, e);
   } else if (slot.queued) {
     e = {{"status", "queued"}, {"queuedAt", iso8601(slot.queued_at)}};
   } else if (slot.suspended) {

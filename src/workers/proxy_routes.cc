@@ -49,7 +49,7 @@ void add_proxy_routes(http::SiteBuilder& site, const std::vector<KindConfig>& ki
       site.route(
           pattern,
           [slot, name = kind.name, authorize = kind.authorize,
-           &log](http::Request& req) -> http::Response {
+           timeout_ms = kind.response_timeout_ms, &log](http::Request& req) -> http::Response {
             std::string address = name;
             for (const auto& p : req.params) address.append(":").append(p.value);
             // Before the resolve message: a refused request starts nothing (the principal is known
@@ -66,6 +66,16 @@ void add_proxy_routes(http::SiteBuilder& site, const std::vector<KindConfig>& ki
             }
             proxy::ProxyOptions options;
             options.pool = slot->pool;
+            // A worker that takes the request and never answers (issue 14): the kind's own
+            // timeout, then a 504 the client can read and a line that names the address.
+            options.response_timeout_ms = timeout_ms;
+            options.on_timeout = [&log, address, timeout_ms,
+                                  method = std::string(req.method_name)] {
+              log.warn("worker_timeout", "address=\"{}\" method={} response_timeout_ms={}",
+                       core::wire_encode(address), method, timeout_ms);
+              return error_response(504, {{"message", "The worker did not answer in time."},
+                                          {"code", "worker_timeout"}});
+            };
             options.target = "/" + req.wildcard;
             if (!req.query.empty()) options.target.append("?").append(req.query);
             options.extra_headers.reserve(96);

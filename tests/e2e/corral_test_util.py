@@ -231,8 +231,9 @@ def ctl(state_dir, *args, timeout=10):
 
 
 def ctl_json(state_dir, *args, timeout=10):
-    """`corral ctl ARGS`'s JSON output; fails (with what it printed) when it exits non-zero."""
-    r = ctl(state_dir, *args, timeout=timeout)
+    """`corral ctl ARGS --json`'s JSON output; fails (with what it printed) when it exits non-zero.
+    (`ctl workers` and `ctl kinds` print a table without --json; the others ignore it.)"""
+    r = ctl(state_dir, *args, "--json", timeout=timeout)
     assert r.returncode == 0, r.stdout + r.stderr
     return json.loads(r.stdout)
 

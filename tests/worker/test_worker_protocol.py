@@ -651,6 +651,72 @@ def test_reload_during_a_stop_is_not_answered(managers, code_set):
     assert m.wait_exit() == 0
 
 
+# --- a hanging worker and "why alive" (issue 14) -------------------------------------------------
+
+
+def test_ready_says_ping_and_a_ping_is_answered(managers):
+    m = managers().start_ready()
+    assert m.ready["ping"] is True
+    for rid in (1, 2, 7):
+        m.send({"type": "ping", "id": rid})
+        assert m.expect("pong") == {"type": "pong", "id": rid}
+    m.send({"type": "ping"})  # no id: dropped, the worker goes on
+    m.send({"type": "ping", "id": 8})
+    assert m.expect("pong")["id"] == 8
+    m.send({"type": "shutdown"})
+    assert m.wait_exit() == 0
+
+
+def test_ready_and_idle_carry_the_counts(managers):
+    m = managers().start_ready()
+    assert {k: m.ready[k] for k in ("requests", "upgraded", "busy")} == \
+        {"requests": 0, "upgraded": 0, "busy": 0}
+    assert m.request("GET", "/busy?ms=300")[0] == 200
+    busy = m.expect("idle")
+    assert busy["idle"] is False
+    assert busy["requests"] + busy["busy"] >= 1 and busy["upgraded"] == 0, busy
+    idle = m.expect("idle")
+    assert idle == {"type": "idle", "idle": True, "requests": 0, "upgraded": 0, "busy": 0}
+    m.send({"type": "shutdown"})
+    assert m.wait_exit() == 0
+
+
+def test_counts_while_busy_are_reported_at_most_once_a_second(managers):
+    m = managers().start_ready()
+    began = time.monotonic()
+    assert m.request("GET", "/busy?ms=2600")[0] == 200  # busy, and its request is done
+    flip = m.expect("idle")
+    assert flip["idle"] is False
+    stop = threading.Event()
+
+    def requests():  # the request count changes all the time while the busy hold lasts
+        while not stop.is_set() and time.monotonic() - began < 2.2:
+            m.request("GET", "/")
+            time.sleep(0.05)
+
+    t = threading.Thread(target=requests)
+    t.start()
+    reports = []
+    try:
+        while True:
+            msg = m.expect("idle")
+            if msg["idle"]:
+                break
+            reports.append((time.monotonic(), msg))
+    finally:
+        stop.set()
+        t.join(TIMEOUT)
+    assert msg == {"type": "idle", "idle": True, "requests": 0, "upgraded": 0, "busy": 0}
+    # The hold lasted ~2.6 s: one report a second at most (the counts changed all along), and at
+    # least one that shows the busy count holding it.
+    assert 1 <= len(reports) <= 3, reports
+    assert any(r["busy"] == 1 for _, r in reports), reports
+    times = [began] + [at for at, _ in reports]
+    assert all(b - a >= 0.8 for a, b in zip(times, times[1:])), reports
+    m.send({"type": "shutdown"})
+    assert m.wait_exit() == 0
+
+
 # --- warm spares (issue 14, docs/worker-protocol.md "Warm spares") -----------------------------
 
 

@@ -18,6 +18,11 @@ Start data keys (all optional):
   reload: whether `ready` says `reload: true` (default true); false: a `reload` is answered with
         the no_reload error, as the worker libraries do without a hook
   reload_delay: ms between a `reload` and its `reloaded` (default 0)
+  ping: whether `ready` says `ping: true` (default false); a `ping` is answered with its `pong`
+  pongs: how many pings it answers (default: all); after that it stops answering them while the
+        rest of it goes on (reads its link, obeys `shutdown`): a worker whose loop is stuck
+  counts: {requests, upgraded, busy}, added to `ready` (and to the idle_after report, as zeros)
+The heartbeat (issue 14): events ping:<id> and pong:<id>.
 The reload protocol (issue 13): a `reload` that comes before `ready` waits for it; reloads are
 applied one at a time, in order. What a reload does is chosen by the file names of its set (so one
 worker can fail one rollout and take the next): "reload-fails" (an error reply, code
@@ -201,7 +206,11 @@ def main():
         os._exit(3)
     threading.Thread(target=serve, args=(data.get("accept_after", 0),), daemon=True).start()
     time.sleep(data.get("slow_ready", 0) / 1000)
-    send({"type": "ready", "idle": data.get("idle", True), "reload": data.get("reload", True)})
+    ready = {"type": "ready", "idle": data.get("idle", True), "reload": data.get("reload", True)}
+    if data.get("ping"):
+        ready["ping"] = True
+    ready.update(data.get("counts") or {})
+    send(ready)
     event("ready")
     ready_sent.set()
     if mode == "close_link":
@@ -230,7 +239,10 @@ def main():
             os._exit(3)
         if deadline_idle is not None and now >= deadline_idle:
             deadline_idle = None
-            send({"type": "idle", "idle": True})
+            idle = {"type": "idle", "idle": True}
+            if "counts" in data:
+                idle.update({"requests": 0, "upgraded": 0, "busy": 0})
+            send(idle)
         if not ready:
             continue
         raw = control.recv(65536)
@@ -238,6 +250,15 @@ def main():
             event("exiting")
             os._exit(0)
         m = json.loads(raw)
+        if m.get("type") == "ping":
+            event(f"ping:{m['id']}")
+            pongs = data.get("pongs")
+            if pongs is None or pongs > 0:
+                if pongs is not None:
+                    data["pongs"] = pongs - 1
+                send({"type": "pong", "id": m["id"]})
+                event(f"pong:{m['id']}")
+            continue
         if m.get("type") == "reload":
             event(f"reload_got:{m['id']}")
             delay, action = reload_plan(m, data)
