@@ -242,6 +242,48 @@ void read_worker_code(const toml::table& t, const std::string& prefix, const std
   }
 }
 
+// --- Streamed request bodies (issue 14) ---
+
+// A size in bytes: an integer, or a string of digits with a binary unit ("512K", "64M", "2G",
+// "1T"; "B" or none: bytes).
+core::Result<uint64_t> parse_size_bytes(const toml::node& n) {
+  constexpr uint64_t kMax = uint64_t{1} << 40;  // as [limits] max_body
+  if (auto i = n.value<int64_t>(); i && n.is_integer()) {
+    if (*i < 0 || static_cast<uint64_t>(*i) > kMax)
+      return core::Error{EINVAL, "expected 0..1T bytes"};
+    return static_cast<uint64_t>(*i);
+  }
+  auto s = n.value<std::string>();
+  if (!s) return core::Error{EINVAL, "expected bytes or a size like \"64M\", \"2G\""};
+  size_t digits = 0;
+  while (digits < s->size() && isdigit(static_cast<unsigned char>((*s)[digits]))) ++digits;
+  if (digits == 0 || digits > 13) return core::Error{EINVAL, "'" + *s + "' is not a size"};
+  uint64_t v = std::stoull(s->substr(0, digits));
+  std::string unit = s->substr(digits);
+  int shift = unit.empty() || unit == "B" ? 0
+              : unit == "K"               ? 10
+              : unit == "M"               ? 20
+              : unit == "G"               ? 30
+              : unit == "T"               ? 40
+                                          : -1;
+  if (shift < 0) return core::Error{EINVAL, "'" + *s + "': the unit is K, M, G or T"};
+  if (v > (kMax >> shift)) return core::Error{EINVAL, "'" + *s + "' is more than 1T"};
+  return v << shift;
+}
+
+void read_worker_max_body(const toml::table& t, const std::string& prefix, WorkerKind& k,
+                          ConfigErrors& errors) {
+  auto* n = t.get("max_body");
+  if (!n) return;
+  auto v = parse_size_bytes(*n);
+  if (!v)
+    errors.problems.push_back(prefix + "max_body: " + v.error().reason);
+  else
+    k.max_body = v.value();
+}
+
+// --- end streamed request bodies ---
+
 // One [workers.<name>] table, appended to c.workers. `base_dir`: the configuration file's
 // directory (absolute), what `code` is relative to.
 void read_worker_kind(Reader& r, std::string_view name, const toml::table& t,
@@ -257,7 +299,9 @@ void read_worker_kind(Reader& r, std::string_view name, const toml::table& t,
                               ": a kind name is letters, digits, '-' and '_'");
   r.check_unknown(t, prefix,
                   {"command", "env", "routes", "idle", "start_timeout", "stop_grace", "max_workers",
-                   "code", "reload", "reload_timeout"});
+                   "code", "reload", "reload_timeout",
+                   // streamed request bodies (issue 14)
+                   "max_body"});
   auto strings = [&](const char* key, std::vector<std::string>& out) {
     auto* n = t.get(key);
     if (!n) return;
@@ -300,6 +344,7 @@ void read_worker_kind(Reader& r, std::string_view name, const toml::table& t,
     else
       k.reload_timeout_ms = ms;
   }
+  read_worker_max_body(t, prefix, k, errors);  // streamed request bodies (issue 14)
   c.workers.push_back(std::move(k));
 }
 

@@ -33,6 +33,12 @@ struct WorkerKind {
   std::string code;
   std::string reload = "auto";
   uint32_t reload_timeout_ms = 30'000;
+
+  // --- Streamed request bodies (issue 14) ---
+  // max_body: this kind's request body limit in bytes (an integer, or "512K", "64M", "2G",
+  // binary units); nullopt: [limits] max_body. Bodies are streamed to the worker either way.
+  std::optional<uint64_t> max_body;
+  // --- end streamed request bodies ---
 };
 
 // [workers] max_workers, max_starting: the bounds of every kind together (0: the machine's

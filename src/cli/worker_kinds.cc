@@ -19,6 +19,7 @@ std::vector<workers::KindConfig> kind_configs(const std::vector<WorkerKind>& kin
                : k.reload == "restart" ? workers::KindConfig::Reload::restart
                                        : workers::KindConfig::Reload::automatic;
     c.reload_timeout_ms = k.reload_timeout_ms;
+    c.max_body = k.max_body;  // streamed request bodies (issue 14)
     out.push_back(std::move(c));
   }
   return out;

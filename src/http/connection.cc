@@ -43,7 +43,9 @@ Connection::Connection(Server& server, std::unique_ptr<core::Transport> transpor
       write_timer_(loop_.timers(), [this] {
         server_.log().info("write_timeout", "remote={}", peer_ip_);
         close_now();
-      }) {}
+      }) {
+  parser_.set_body_rules(this);
+}
 
 Connection::~Connection() = default;
 
@@ -74,7 +76,11 @@ void Connection::on_read_timer() {
       }
       break;
     case ReadTimer::kBody:
-      respond_error(408, "request body timeout");
+      if (body_state_ == BodyState::kOpen) {
+        fail_body(408, "request body timeout");
+      } else {
+        respond_error(408, "request body timeout");
+      }
       break;
     case ReadTimer::kIdle:
       close_now();
@@ -135,7 +141,13 @@ void Connection::on_io(uint32_t events) {
     close_now();
   } else if (events & EPOLLRDHUP) {
     // The client shut down its side while we were not reading: it is gone as far as a stream is
-    // concerned; anything else already queued is still written.
+    // concerned; anything else already queued is still written. While a request body streams,
+    // what it sent before is still to be read (its EOF ends or aborts the body then).
+    if (body_state_ == BodyState::kOpen) {
+      peer_shut_ = true;
+      update_interest();
+      return;
+    }
     peer_eof_ = true;
     if (producer_ || deferred_) {
       abort_stream();
@@ -157,6 +169,10 @@ void Connection::on_readable() {
   }
   auto r = transport_->read_into(in_, kReadSize);
   if (r.ok()) {
+    if (body_state_ == BodyState::kOpen) {
+      pump_body();
+      if (closed_) return;
+    }
     process_input();
     flush();
     return;
@@ -166,7 +182,8 @@ void Connection::on_readable() {
   // queued for complete requests are still written (the client may have only shut down its
   // sending side); a half-sent request is dropped.
   peer_eof_ = true;
-  if (r.status == core::IoResult::Status::kError || producer_ || deferred_) {
+  if (r.status == core::IoResult::Status::kError || producer_ || deferred_ ||
+      body_state_ == BodyState::kOpen) {
     abort_stream();
     close_now();
     return;
@@ -226,6 +243,11 @@ void Connection::process_input() {
         head_copy_.assign(in_.data(), head);
         req_.rebase(in_.data(), head, head_copy_.data());
         in_.consume(r.consumed);
+        if (parser_.streaming()) {
+          start_body_stream();
+          in_process_ = false;
+          return;
+        }
         phase_ = Phase::kBody;
         arm_read_timer(ReadTimer::kBody, server_.options().body_timeout_ms);
         if (parser_.expects_continue()) out_.append("HTTP/1.1 100 Continue\r\n\r\n");
@@ -332,12 +354,17 @@ void Connection::write_response(Response& r) {
     ResponsePlan& plan;
     ~PlanInUse() { plan.reset(); }
   } in_use{plan};
+  // A response while the request body still comes is the connection's last: the rest of the
+  // body is never parsed as a request.
+  if (body_state_ == BodyState::kOpen && !std::holds_alternative<DeferredBody>(r.body))
+    close_after_write_ = true;
   plan_response(r, req_, plan_context(), plan);
   if (!plan.refused_header.empty())
     server_.log().error("bad_response_header", "pattern=\"{}\" header=\"{}\"", req_.pattern,
                         fmt::format("{:.40}", plan.refused_header));
   status_ = plan.status;
   body_bytes_ = 0;
+  if (plan.body != BodyKind::kDeferred) head_out_ = true;
   if (plan.close) close_after_write_ = true;
   switch (plan.body) {
     case BodyKind::kDeferred:
@@ -467,6 +494,7 @@ void Connection::respond(Response response) {
 }
 
 void Connection::abort_stream() {
+  abandon_body("connection closed");
   if (deferred_) {
     auto d = std::move(deferred_);
     d->on_abort();
@@ -476,6 +504,144 @@ void Connection::abort_stream() {
   auto p = std::move(producer_);
   p->on_abort();
   loop_.destroy_later(std::move(p));
+}
+
+BodyRule Connection::body_rule(Request& req) {
+  const uint64_t limit = server_.options().limits.max_body;
+  const auto& site = server_.site();
+  if (!site) return {limit, false};  // parked until one is published: buffered
+  return site->body_rule(req, limit);
+}
+
+void Connection::start_body_stream() {
+  body_state_ = BodyState::kOpen;
+  body_consumer_ = nullptr;
+  body_delivered_ = 0;
+  body_paused_ = body_resumed_ = false;
+  req_.body_stream = this;
+  read_timer_.cancel();  // nothing is read before a consumer asks
+  read_timer_kind_ = ReadTimer::kNone;
+  dispatch();  // the route runs now
+  if (closed_) return;
+  update_interest();
+}
+
+void Connection::read(BodyConsumer* consumer) {
+  if (closed_ || body_state_ != BodyState::kOpen) return;
+  body_consumer_ = consumer;
+  if (!consumer) {
+    if (read_timer_kind_ == ReadTimer::kBody) {
+      read_timer_.cancel();
+      read_timer_kind_ = ReadTimer::kNone;
+    }
+    update_interest();
+    return;
+  }
+  // RFC 9110 §10.1.1: the 100 goes out when the body is asked for, not before: a route that
+  // answers first (403, 413) never invites it.
+  if (parser_.expects_continue() && !continue_sent_ && !head_out_) {
+    continue_sent_ = true;
+    out_.append("HTTP/1.1 100 Continue\r\n\r\n");
+  }
+  schedule_body_pump();
+}
+
+void Connection::resume() {
+  if (closed_ || body_state_ != BodyState::kOpen) return;
+  if (body_in_callback_) {
+    body_resumed_ = true;  // on_body_data's false that follows does not pause
+    return;
+  }
+  if (!body_paused_) return;
+  body_paused_ = false;
+  schedule_body_pump();
+}
+
+std::optional<uint64_t> Connection::length() const {
+  return parser_.stream_length();
+}
+
+void Connection::schedule_body_pump() {
+  if (body_pump_scheduled_) return;
+  body_pump_scheduled_ = true;
+  loop_.defer([this] {
+    body_pump_scheduled_ = false;
+    if (closed_) return;
+    pump_body();
+    if (!closed_) flush();
+  });
+}
+
+// Hands what in_ holds of the body to the consumer while it takes it; reading the socket waits
+// for the consumer (update_interest).
+void Connection::pump_body() {
+  while (!closed_ && body_state_ == BodyState::kOpen && body_consumer_ && !body_paused_ &&
+         !in_.empty()) {
+    auto step = parser_.feed_body(in_.view());
+    if (step.state == RequestParser::BodyStep::State::kError)
+      return fail_body(step.status, step.reason);
+    if (!step.piece.empty()) {
+      body_delivered_ += step.piece.size();
+      body_in_callback_ = true;
+      body_resumed_ = false;
+      bool more = body_consumer_->on_body_data(step.piece);  // the piece views in_ or the parser
+      body_in_callback_ = false;
+      if (closed_) return;
+      if (!more && !body_resumed_) body_paused_ = true;
+    }
+    in_.consume(step.consumed);
+    if (step.state == RequestParser::BodyStep::State::kDone && body_state_ == BodyState::kOpen) {
+      body_state_ = BodyState::kNone;
+      BodyConsumer* c = body_consumer_;
+      body_consumer_ = nullptr;
+      if (read_timer_kind_ == ReadTimer::kBody) {
+        read_timer_.cancel();
+        read_timer_kind_ = ReadTimer::kNone;
+      }
+      if (c) c->on_body_end();
+      if (closed_) return;
+      update_interest();
+      return;
+    }
+  }
+  if (closed_) return;
+  if (body_state_ == BodyState::kOpen && body_consumer_ && !body_paused_) {
+    // Waiting for the client: the body timeout runs between its bytes.
+    arm_read_timer(ReadTimer::kBody, server_.options().body_timeout_ms);
+  } else if (read_timer_kind_ == ReadTimer::kBody) {
+    read_timer_.cancel();  // waiting for the consumer is not the client's delay
+    read_timer_kind_ = ReadTimer::kNone;
+  }
+  update_interest();
+}
+
+void Connection::abandon_body(std::string_view why) {
+  if (body_state_ != BodyState::kOpen) return;
+  body_state_ = BodyState::kNone;
+  close_after_write_ = true;  // the rest of the body is never parsed as a request
+  BodyConsumer* c = body_consumer_;
+  body_consumer_ = nullptr;
+  if (read_timer_kind_ == ReadTimer::kBody) {
+    read_timer_.cancel();
+    read_timer_kind_ = ReadTimer::kNone;
+  }
+  if (c) c->on_body_abort(why);
+}
+
+void Connection::fail_body(int status, std::string_view why) {
+  abandon_body(why);
+  if (closed_) return;
+  in_.clear();  // nothing after a framing error is ever parsed
+  if (head_out_) {
+    // The response has begun: there is no answering the error, only ending the connection.
+    ++server_.stats_.errors;
+    server_.log().info("request_refused", "remote={} status={} reason=\"{}\"", peer_ip_, status,
+                       why);
+    abort_stream();
+    close_now();
+    return;
+  }
+  respond_error(status, why);
 }
 
 void Connection::access_log(int status, uint64_t bytes) {
@@ -497,6 +663,8 @@ void Connection::access_log(int status, uint64_t bytes) {
 }
 
 void Connection::finish_request() {
+  abandon_body("response ended before the body");
+  head_out_ = continue_sent_ = false;
   access_log(status_, body_bytes_);
   log_method_.clear();
   log_target_.clear();
@@ -662,10 +830,13 @@ void Connection::update_interest() {
   // a head's worth): dropping EPOLLIN and adding it back would cost two epoll_ctl per deferred,
   // streamed or file response.
   bool room = in_.size() < server_.options().limits.max_head_bytes + kReadSize;
+  // A streamed body is read only while its consumer takes it, one read at a time.
+  if (body_state_ == BodyState::kOpen)
+    room = body_consumer_ && !body_paused_ && in_.size() < kReadSize;
   if (phase_ == Phase::kLingering ||
       (!peer_eof_ && !close_after_write_ && out_.size() < kHighWater && (!busy || room)))
     want |= EPOLLIN;
-  if (!peer_eof_) want |= EPOLLRDHUP;
+  if (!peer_eof_ && !peer_shut_) want |= EPOLLRDHUP;
   if (!out_.empty() || file_active_) want |= EPOLLOUT;
   if (want != interest_) {
     interest_ = want;

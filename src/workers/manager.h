@@ -122,6 +122,12 @@ struct KindConfig {
   enum class Reload { automatic, in_place, restart };
   Reload reload = Reload::automatic;
   uint32_t reload_timeout_ms = 30'000;  // a worker's entry in a rollout settles by then
+
+  // --- Streamed request bodies (issue 14) ---
+  // The kind's proxy routes stream request bodies to the worker (http/body_stream.h); this is
+  // their body limit (nullopt: the server's limits.max_body).
+  std::optional<uint64_t> max_body;
+  // --- end streamed request bodies ---
 };
 
 struct ManagerOptions {
