@@ -830,12 +830,14 @@ void Connection::update_interest() {
   // a head's worth): dropping EPOLLIN and adding it back would cost two epoll_ctl per deferred,
   // streamed or file response.
   bool room = in_.size() < server_.options().limits.max_head_bytes + kReadSize;
-  // A streamed body is read only while its consumer takes it, one read at a time.
-  if (body_state_ == BodyState::kOpen)
-    room = body_consumer_ && !body_paused_ && in_.size() < kReadSize;
-  if (phase_ == Phase::kLingering ||
-      (!peer_eof_ && !close_after_write_ && out_.size() < kHighWater && (!busy || room)))
+  if (body_state_ == BodyState::kOpen) {
+    // A streamed body is read only while its consumer takes it, one read at a time, whatever
+    // the response does (a request with `Connection: close` still sends its body).
+    if (!peer_eof_ && body_consumer_ && !body_paused_ && in_.size() < kReadSize) want |= EPOLLIN;
+  } else if (phase_ == Phase::kLingering ||
+             (!peer_eof_ && !close_after_write_ && out_.size() < kHighWater && (!busy || room))) {
     want |= EPOLLIN;
+  }
   if (!peer_eof_ && !peer_shut_) want |= EPOLLRDHUP;
   if (!out_.empty() || file_active_) want |= EPOLLOUT;
   if (want != interest_) {
