@@ -141,6 +141,10 @@ TEST_F(StreamedBody, ChunkedIsReChunkedPieceByPiece) {
   EXPECT_EQ(sent.find("Content-Length"), std::string::npos) << sent;
   size_t at = sent.find("\r\n\r\n") + 4;
   EXPECT_EQ(sent.substr(at), "5\r\nhello\r\n12c\r\n" + std::string(300, 'x') + "\r\n0\r\n\r\n");
+  reply(up, "HTTP/1.1 204 No Content\r\n\r\n");
+  settle();
+  ASSERT_TRUE(a.got);
+  EXPECT_EQ(a.got->status, 204);
 }
 
 TEST_F(StreamedBody, AnUpstreamThatDoesNotReadStopsTheClient) {
@@ -167,6 +171,8 @@ TEST_F(StreamedBody, AnUpstreamThatDoesNotReadStopsTheClient) {
     settle();
   }
   EXPECT_GT(body.resumes, resumes);
+  body.abort();  // (a busy upstream connection owns itself: end it)
+  settle();
 }
 
 TEST_F(StreamedBody, TheClientLeavingClosesTheUpstreamConnection) {
