@@ -12,6 +12,7 @@ at once, a chunked body passing it is cut with 413.
 import json
 import os
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -223,3 +224,20 @@ def test_other_workers_count_streamed_uploads(corral, kind, chunked):
     status, _, data, _ = read_response(s, timeout=60)
     assert status == 200, (status, data, corral.log()[-2000:])
     assert json.loads(data) == {"bytes": size}
+
+
+@pytest.mark.parametrize("value,ok", [('"2G"', True), ("1048576", True), ('"64M"', True),
+                                      ('"2X"', False), ('"2T"', False), ("-1", False),
+                                      ("true", False)])
+def test_max_body_config_values(tmp_path, value, ok):
+
+    cfg = tmp_path / "corral.toml"
+    cfg.write_text(f'[workers.k]\ncommand = [{q(CPP_WORKER)}]\nroutes = ["/k/{{id}}/*"]\n'
+                   f"max_body = {value}\n")
+    r = subprocess.run([CORRAL_BIN, "check", "--config", str(cfg)], capture_output=True,
+                       text=True, timeout=30)
+    if ok:
+        assert r.returncode == 0, r.stdout + r.stderr
+    else:
+        assert r.returncode == 78, r.stdout + r.stderr
+        assert "workers.k.max_body" in r.stdout + r.stderr
