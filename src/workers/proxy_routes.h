@@ -2,7 +2,8 @@
 // for every kind's route pattern, any method; the address is "<kind>:<param>[:<param>...]" (the
 // pattern's parameters, percent-decoded by the router). The worker socket comes from the
 // process's LinkResolver, the connection from its upstream pool (proxy/proxy.h). A kind's
-// authorize hook decides here, where the request's principal is known.
+// authorize hook decides here, where the request's principal is known. Request bodies are
+// streamed to the worker (http::RouteOptions::stream_body), under the kind's max_body.
 //
 // Lifetime: the routes are built into the site before the fork and hold the ResolverSlot; each
 // server process's ProcessServices fills the slot once its loop exists. Single-threaded.
