@@ -7,7 +7,8 @@ the proxy to the example workers' `POST /count`, which counts it; the server pro
 sampled meanwhile and must not grow by more than 32 MiB. A client that leaves mid-upload makes
 the worker see its request cut (its route's body aborts: `GET /count/aborted`), and the server
 serves on. `[workers.<kind>] max_body` is the kind's own limit: a Content-Length above it is 413
-at once, a chunked body passing it is cut with 413.
+at once, a chunked body passing it is cut with 413 (and `corral check` judges its values). An
+upload to an address whose worker is not running yet waits for it, then gets its 100 Continue.
 """
 import json
 import os
@@ -241,3 +242,16 @@ def test_max_body_config_values(tmp_path, value, ok):
     else:
         assert r.returncode == 78, r.stdout + r.stderr
         assert "workers.k.max_body" in r.stdout + r.stderr
+
+
+def test_an_upload_to_a_new_address_waits_for_its_worker_and_gets_its_100(corral):
+    # The body is asked for once the worker is up and the proxy has its connection: then the
+    # front's 100 Continue goes out, and the body streams.
+    s = corral.connect(timeout=30)
+    s.sendall(b"POST /cpp/fresh/count HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 3000000\r\n"
+              b"Expect: 100-continue\r\n\r\n")
+    status, _, _, rest = read_response(s, timeout=30)
+    assert status == 100 and rest == b"", status
+    s.sendall(b"c" * 3_000_000)
+    status, _, data, _ = read_response(s, timeout=30)
+    assert status == 200 and json.loads(data) == {"bytes": 3_000_000}, (status, data)
