@@ -5,8 +5,8 @@
 //   - the connection reads nothing of the body before a consumer asks for it (read()), and sends
 //     the client's `Expect: 100-continue` answer only then: a route that answers at once (403,
 //     413) never invites the body;
-//   - each piece is handed to BodyConsumer::on_body_data and is the consumer's from then on (the view
-//     is valid during the call only: copy or send it); returning false stops the connection:
+//   - each piece is handed to BodyConsumer::on_body_data and is the consumer's from then on (the
+//     view is valid during the call only: copy or send it); returning false stops the connection:
 //     it takes no more from the socket (at most one read's worth, 16 KiB, waits in its input)
 //     until resume(). Nothing is buffered without bound on either side;
 //   - on_body_end after the last byte (Content-Length reached, or the last chunk; trailers are
