@@ -318,6 +318,8 @@ void Call::attempt() {
 void Call::found(std::string path, std::optional<Response> instead) {
   if (!responder || !waiting_) return;
   if (instead) {
+    // The exchange is never sent: its body (held for it while it waited) is not read.
+    waiting_->detach_body();
     auto* r = responder;
     responder = nullptr;
     r->respond(std::move(*instead));

@@ -252,5 +252,59 @@ TEST_F(StreamedBody, ABodyThatBeganToLeaveIsNeverSentAgain) {
   EXPECT_EQ(body.consumer, nullptr);
 }
 
+TEST_F(StreamedBody, AFinderThatAnswersInsteadNeverAsksForTheBody) {
+  FakeBody body(100);
+  Answer a;
+  http::Request req;
+  req.method = http::Method::kPost;
+  req.method_name = "POST";
+  req.target = "/up";
+  req.loop = &loop_;
+  req.body_stream = &body;
+  UpstreamAnswer later;
+  calls_.push_back(proxy_found(req, [&](UpstreamAnswer answer, bool) { later = answer; }));
+  std::get<http::DeferredBody>(calls_.back().body).producer->start(a);
+  settle();
+  EXPECT_EQ(body.reads, 0);  // no upstream yet: nothing is read (the client's 100 waits too)
+  later("", http::Response::status_only(503));
+  settle();
+  ASSERT_TRUE(a.got);
+  EXPECT_EQ(a.got->status, 503);
+  EXPECT_EQ(body.reads, 0);
+  EXPECT_EQ(body.consumer, nullptr);
+}
+
+TEST_F(StreamedBody, ABodyNotYetTakenIsSentAgainWithItsRequest) {
+  // The upstream was found, but its socket refuses the connect: found again, sent on the new
+  // path with its body, which had not begun to leave.
+  FakeBody body(5);
+  Answer a;
+  http::Request req;
+  req.method = http::Method::kPost;
+  req.method_name = "POST";
+  req.target = "/up";
+  req.loop = &loop_;
+  req.body_stream = &body;
+  int asked = 0;
+  calls_.push_back(proxy_found(req, [&](UpstreamAnswer answer, bool) {
+    ++asked;
+    answer(asked == 1 ? std::string("/tmp/corral-proxy-body-nobody.sock") : path_, std::nullopt);
+  }));
+  std::get<http::DeferredBody>(calls_.back().body).producer->start(a);
+  auto up = accept_upstream();
+  ASSERT_TRUE(up);
+  EXPECT_EQ(asked, 2);
+  ASSERT_NE(body.consumer, nullptr);
+  body.push("hello");
+  body.end();
+  settle();
+  std::string sent = received(up);
+  EXPECT_EQ(sent.substr(sent.size() - 9), "\r\n\r\nhello") << sent;
+  reply(up, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+  settle();
+  ASSERT_TRUE(a.got);
+  EXPECT_EQ(a.got->status, 200);
+}
+
 }  // namespace
 }  // namespace corral::proxy
