@@ -144,6 +144,12 @@ struct KindConfig {
   // <state>/logs/<name>.log, rotates past `log_rotation.max_size`, keeping `log_rotation.keep`.
   Limits limits;
   LogRotation log_rotation;
+
+  // --- Streamed request bodies (issue 14) ---
+  // The kind's proxy routes stream request bodies to the worker (http/body_stream.h); this is
+  // their body limit (nullopt: the server's limits.max_body).
+  std::optional<uint64_t> max_body;
+  // --- end streamed request bodies ---
 };
 
 struct ManagerOptions {
