@@ -3,7 +3,8 @@
 #
 #   bench/workers.sh [--count 200] [--concurrency 8] [--duration 10] [--warmup 2]
 #                    [--connections 32] [--threads 2] [--repeat 2] [--idle-workers 50]
-#                    [--kinds cpp,python] [--parts first,proxy,memory] [--priority rt|nice|none]
+#                    [--kinds cpp,python] [--parts first,proxy,memory,upload] [--priority rt|nice|none]
+#                    [--upload-mib 1024]
 #                    [--spares N]
 #                    [--baseline PATH [--baseline-worker PATH]]
 #
@@ -28,6 +29,12 @@
 #   memory  --idle-workers addresses are started, left idle for 3 s, then the PSS (and RSS and
 #           USS = Private_Clean + Private_Dirty) of the worker processes (pids from
 #           `corral ctl workers`) is summed from /proc/PID/smaps_rollup and divided by the count.
+#   upload  Proxied upload MiB/s (issue 14: request bodies streamed to the worker), by
+#           bench/workers_upload.py on its own corral with every kind of --kinds (node: the Node.js
+#           example worker too, when `node` runs): --upload-mib MiB made on the fly, to POST
+#           /count through the proxy with Content-Length and chunked, and with Content-Length
+#           straight to the worker's socket (the worker alone); the best of --repeat (at least 2)
+#           each, and the server process's peak RSS growth during the proxied ones.
 #
 # Kinds: cpp = examples/worker_cpp (example_worker), python = examples/worker_python/worker.py.
 # No CPU pinning: the server, supervisor, worker and wrk share the machine's CPUs (a proxied
@@ -47,7 +54,7 @@
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-help_lines=2,46
+help_lines=2,53
 
 count=200
 concurrency=8
@@ -58,7 +65,8 @@ threads=2
 repeat=2
 idle_workers=50
 kinds="cpp,python"
-parts="first,proxy,memory"
+parts="first,proxy,memory,upload"
+upload_mib=1024  # part upload (issue 14)
 spares=0
 priority=$(rt_if_root)
 baseline=""
@@ -66,7 +74,7 @@ baseline_worker=""
 parse_flags "--count count --concurrency concurrency --duration duration --warmup warmup
   --connections conns --threads threads --repeat repeat --idle-workers idle_workers --kinds kinds
   --parts parts --priority priority --baseline baseline --baseline-worker baseline_worker
-  --spares spares" "$@"
+  --upload-mib upload_mib --spares spares" "$@"
 set_prio "$priority"
 
 need_tools wrk curl python3 cc
@@ -362,6 +370,30 @@ EOF
   done
 fi
 
+# --- part 4: proxied upload MiB/s (issue 14: streamed request bodies) -------------------------
+if has_part upload; then
+  for b in "${builds[@]}"; do
+    use_build "$b"
+    up_kinds=()
+    for kind in "${kind_list[@]}"; do
+      case "$kind" in
+        cpp) up_kinds+=(--kind "cpp=[\"$worker_cpp\"]") ;;
+        python) up_kinds+=(--kind "python=[\"$python_bin\", \"$worker_py\"]") ;;
+        node) up_kinds+=(--kind "node=[\"$(command -v node)\", \"$root/examples/worker_node/worker.mjs\"]") ;;
+      esac
+    done
+    # The Node.js worker when it can run, even if --kinds does not name it.
+    if [[ ",$kinds," != *",node,"* ]] && command -v node >/dev/null; then
+      up_kinds+=(--kind "node=[\"$(command -v node)\", \"$root/examples/worker_node/worker.mjs\"]")
+    fi
+    run_n=$((run_n + 1))
+    "${prio[@]}" python3 "$root/bench/workers_upload.py" --corral "$corral" \
+      --state "$tmp/state-$run_n" --mib "$upload_mib" --repeat "$((repeat < 2 ? 2 : repeat))" \
+      --build "$b" "${up_kinds[@]}" | tee -a "$results" >&2
+  done
+fi
+# --- end part 4 ---
+
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # --- report ------------------------------------------------------------------------------------
@@ -379,7 +411,19 @@ awk -v conns="$conns" -v threads="$threads" -v nbuilds="${#builds[@]}" -v basebi
   $1 == "first" { first[++nf] = $0 }
   $1 == "proxy" { proxy[++np] = $0 }
   $1 == "memory" { mem[++nm] = $0 }
+  $1 == "upload" { up[++nu] = $0 }  # part 4 (issue 14)
   END {
+    if (nu) {  # part 4 (issue 14)
+      print ""
+      print "Upload MiB/s (POST /count, the body streamed; server RSS growth: its peak during the proxied uploads):"
+      print ""
+      print "| worker | how | MiB/s | server RSS growth KiB |"
+      print "| --- | --- | ---: | ---: |"
+      for (i = 1; i <= nu; i++) {
+        split(up[i], f, " ")
+        printf "| %s | %s | %s | %s |\n", who(f[2], f[6]), f[3], f[4], f[5]
+      }
+    }
     if (nf) {
       print ""
       print "First request to a new address (fork -> response), ms:"

@@ -12,6 +12,9 @@
 //   GET  /echo      a WebSocket echoing each message (an open upgraded connection: not idle)
 //   GET  /crash     aborts (a crash: the address becomes failed)
 //   GET  /fatal     reports a fatal error whose text holds a secret; only the redacted form crosses
+//   POST /count     reads the request body as it streams (http/body_stream.h) and answers
+//                   {"bytes": its length}; nothing of it is kept
+//   GET  /count/aborted  how many /count bodies this worker saw cut short (the client left)
 //   GET  /code      {"version": the code version running (null without code), "hello": hello.txt
 //                   of that version's directory (null if it has none), "pid": the process id}
 //
@@ -44,6 +47,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/escape.h"
@@ -76,6 +80,48 @@ struct Counter {
   core::Timer busy_timer;
   std::multimap<uint64_t, SlowAnswer*> slow;  // /slow answers waiting for their deadline
   core::Timer slow_timer;                     // armed for the earliest of them
+  uint64_t uploads_aborted = 0;               // /count bodies cut short
+};
+
+// POST /count: the body's bytes counted as they come, then {"bytes": n}. A buffered body (no
+// stream: HTTP/3, in-process) is counted whole.
+class CountUpload final : public http::DeferredProducer, private http::BodyConsumer {
+ public:
+  CountUpload(Counter& c, http::Request& req)
+      : c_(c), stream_(req.body_stream), bytes_(req.body.size()) {}
+  ~CountUpload() override {
+    if (stream_) stream_->read(nullptr);
+  }
+  void start(http::Responder& responder) override {
+    responder_ = &responder;
+    if (!stream_) return answer();
+    stream_->read(this);
+  }
+  void on_abort() override { responder_ = nullptr; }
+
+ private:
+  bool on_body_data(std::string_view piece) override {
+    bytes_ += piece.size();
+    return true;
+  }
+  void on_body_end() override {
+    stream_ = nullptr;
+    answer();
+  }
+  void on_body_abort(std::string_view why) override {
+    stream_ = nullptr;
+    ++c_.uploads_aborted;
+    fprintf(stderr, "upload_aborted bytes=%llu why=\"%.*s\"\n",
+            static_cast<unsigned long long>(bytes_), static_cast<int>(why.size()), why.data());
+  }
+  void answer() {
+    if (auto* r = std::exchange(responder_, nullptr))
+      r->respond(http::Response::json({{"bytes", bytes_}}));
+  }
+  Counter& c_;
+  http::BodyStream* stream_;
+  uint64_t bytes_;
+  http::Responder* responder_ = nullptr;
 };
 
 // GET /slow: the answer comes from the Counter's timer at its deadline; until then the request
@@ -239,6 +285,15 @@ int main() {
           return http::Response::text(std::to_string(++c.count) + "\n");
         });
         // The query back: a request-specific answer (the proxy's pipelining tests).
+        site.route(
+            "POST /count",
+            [&c](http::Request& req) {
+              return http::Response::deferred(std::make_unique<CountUpload>(c, req));
+            },
+            http::RouteOptions{.stream_body = true, .max_body = uint64_t{1} << 40});
+        site.route("GET /count/aborted", [&c](http::Request&) {
+          return http::Response::text(std::to_string(c.uploads_aborted) + "\n");
+        });
         site.route("GET /query", [](http::Request& req) {
           return http::Response::text(std::string(req.query) + "\n");
         });

@@ -12,6 +12,9 @@
 //   GET  /fatal      reports a fatal error whose text holds a secret; only the redacted form crosses
 //   GET  /headers    the request's header lines as received, a JSON list of [name, value]
 //   GET  /code       {version, hello, pid}: the code version running, hello.txt of its directory
+//   POST /count      reads the request body as it streams and answers {"bytes": its length};
+//                    nothing of it is kept
+//   GET  /count/aborted  how many /count bodies this worker saw cut short (the client left)
 //
 // The count lives in <state dir>/data/<address>.count, the address percent-encoded as in the lock
 // path ("doc%3A42.count"): read at setup, written by a closer at shutdown. The reload hook re-reads
@@ -86,8 +89,29 @@ function setup(runtime) {
     });
   }
 
+  let uploadsAborted = 0;
+  // Streamed: counted as it comes (the other routes get the body whole, req.body).
+  const countUpload = (req, res) => {
+    let bytes = 0;
+    let ended = false;
+    req.on("data", (c) => {
+      bytes += c.length;
+    });
+    req.on("end", () => {
+      ended = true;
+      json(res, { bytes });
+    });
+    req.on("close", () => {
+      if (!ended) {
+        uploadsAborted++;
+        runtime.log("upload_aborted", { bytes });
+      }
+    });
+  };
+
   const routes = {
     "GET /": (req, res) => reply(res, 200, `${count}\n`),
+    "GET /count/aborted": (req, res) => reply(res, 200, `${uploadsAborted}\n`),
     "POST /inc": (req, res) => reply(res, 200, `${++count}\n`),
     "GET /start": (req, res) =>
       json(res, { address: runtime.address, start: runtime.startData, scripts: runtime.scripts }),
@@ -116,6 +140,7 @@ function setup(runtime) {
 
   return (req, res) => {
     const url = new URL(req.url, "http://localhost");
+    if (req.method === "POST" && url.pathname === "/count") return countUpload(req, res);
     const route = routes[`${req.method} ${url.pathname}`];
     const chunks = [];
     req.on("data", (c) => chunks.push(c));

@@ -15,6 +15,8 @@ The same counter as examples/worker_cpp/main.cc, one per address:
     GET  /crash      aborts (a crash: the address becomes failed)
     GET  /fatal      reports a fatal error whose text holds a secret; only the redacted form crosses
     GET  /headers    the request's header lines as received, a JSON list of [name, value]
+    POST /count      reads the request body as it streams and answers {"bytes": its length}
+    GET  /count/aborted  how many /count bodies this worker saw cut short (the client left)
     GET  /code       {"version": the code version running (null without code), "hello": hello.txt
                      of that version's directory (null if it has none), "pid": the process id}
 
@@ -640,18 +642,54 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(data)
 
-    def dispatch(self, routes):
+    def body_pieces(self, size=1 << 16):
+        """The request body as it comes, in pieces of at most `size` bytes: Content-Length, or
+        chunked (the proxy re-chunks a client's chunked body; trailers are dropped). Raises
+        ConnectionError when the body ends early (the client left: the proxy closed the
+        connection)."""
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            while True:
+                line = self.rfile.readline(4096)
+                if not line.endswith(b"\n"):
+                    raise ConnectionError("body cut inside a chunk size")
+                n = int(line.split(b";")[0].strip() or b"0", 16)
+                if n == 0:
+                    while self.rfile.readline(4096) not in (b"\r\n", b"\n", b""):
+                        pass
+                    return
+                while n:
+                    piece = self.rfile.read(min(n, size))
+                    if not piece:
+                        raise ConnectionError("body cut inside a chunk")
+                    n -= len(piece)
+                    yield piece
+                self.rfile.readline(4096)  # the chunk's CRLF
+        left = int(self.headers.get("Content-Length") or 0)
+        while left:
+            piece = self.rfile.read(min(left, size))
+            if not piece:
+                raise ConnectionError("body cut")
+            left -= len(piece)
+            yield piece
+
+    def dispatch(self, routes, streamed=()):
         path, _, query = self.path.partition("?")
         route = routes.get((self.command, path))
         self.runtime.request_started()
         _first_request_read(self.runtime)  # after: no idle flip in between
         try:
-            length = int(self.headers.get("Content-Length") or 0)
-            self.body = self.rfile.read(length) if length else b""
+            # A streamed route reads body_pieces() itself; the others get the body whole.
+            if (self.command, path) in streamed:
+                self.body = None
+            else:
+                self.body = b"".join(self.body_pieces())
             if route is None:
                 self.reply(404, "not found\n")
             else:
                 route(self, urllib.parse.parse_qs(query))
+        except ConnectionError as e:  # the body was cut: nobody to answer
+            log("request_cut", path=path, error=str(e))
+            self.close_connection = True
         except Exception as e:  # noqa: BLE001 - a throwing route is a generic 500
             log("route_failed", path=path, error=str(e))
             self.reply(500, "internal error\n")
@@ -741,8 +779,26 @@ def setup(runtime):
         h.reply(200, json.dumps({"version": version, "hello": hello, "pid": os.getpid()}),
                 "application/json")
 
+    uploads = {"aborted": 0}
+
+    def count_upload(h, _q):
+        n = 0
+        try:
+            for piece in h.body_pieces():
+                n += len(piece)
+        except ConnectionError:
+            with count_lock:
+                uploads["aborted"] += 1
+            raise
+        h.reply(200, json.dumps({"bytes": n}), "application/json")
+
+    def count_aborted(h, _q):
+        h.reply(200, f"{uploads['aborted']}\n")
+
     routes = {
         ("GET", "/"): get_count,
+        ("POST", "/count"): count_upload,
+        ("GET", "/count/aborted"): count_aborted,
         ("GET", "/headers"): headers,
         ("POST", "/inc"): inc,
         ("GET", "/start"): start,
@@ -758,7 +814,7 @@ def setup(runtime):
             self.dispatch(routes)
 
         def do_POST(self):
-            self.dispatch(routes)
+            self.dispatch(routes, streamed={("POST", "/count")})
 
     Counter.runtime = runtime
     return Counter

@@ -272,6 +272,27 @@ void read_worker_containment(Reader& r, const toml::table& t, const std::string&
   r.integer(t, prefix, "log_keep", k.log_keep, 0, 100);
 }
 // --- end of Containment ---
+// --- Streamed request bodies (issue 14) ---
+// [workers.<name>] max_body: bytes or a size ("64M", "2G"; workers::parse_size), at most 1T as
+// [limits] max_body.
+void read_worker_max_body(const toml::table& t, const std::string& prefix, WorkerKind& k,
+                          ConfigErrors& errors) {
+  auto* n = t.get("max_body");
+  if (!n) return;
+  constexpr uint64_t kMax = uint64_t{1} << 40;
+  core::Result<uint64_t> v = core::Error{EINVAL, "expected bytes or a size like \"64M\", \"2G\""};
+  if (auto i = n->value<int64_t>(); i && n->is_integer())
+    v = *i >= 0 ? core::Result<uint64_t>(static_cast<uint64_t>(*i))
+                : core::Error{EINVAL, "expected 0..1T bytes"};
+  else if (auto str = n->value<std::string>())
+    v = workers::parse_size(*str);
+  if (v && *v > kMax) v = core::Error{EINVAL, "more than 1T"};
+  if (!v)
+    errors.problems.push_back(prefix + "max_body: " + v.error().reason);
+  else
+    k.max_body = v.value();
+}
+// --- end streamed request bodies ---
 
 // One [workers.<name>] table, appended to c.workers. `base_dir`: the configuration file's
 // directory (absolute), what `code` is relative to.
@@ -290,7 +311,8 @@ void read_worker_kind(Reader& r, std::string_view name, const toml::table& t,
       t, prefix,
       {"command", "env", "routes", "idle", "start_timeout", "stop_grace", "max_workers", "code",
        "reload", "reload_timeout", "response_timeout", "heartbeat", "spares",
-       /* Containment: */ "memory_max", "pids_max", "cpu_weight", "log_max_size", "log_keep"});
+       /* Containment: */ "memory_max", "pids_max", "cpu_weight", "log_max_size", "log_keep",
+       /* Streamed request bodies: */ "max_body"});
   auto strings = [&](const char* key, std::vector<std::string>& out) {
     auto* n = t.get(key);
     if (!n) return;
@@ -344,6 +366,7 @@ void read_worker_kind(Reader& r, std::string_view name, const toml::table& t,
   }
   duration("heartbeat", k.heartbeat_ms);
   read_worker_containment(r, t, prefix, k, errors);
+  read_worker_max_body(t, prefix, k, errors);  // streamed request bodies (issue 14)
   c.workers.push_back(std::move(k));
 }
 

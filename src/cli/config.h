@@ -49,6 +49,12 @@ struct WorkerKind {
   uint64_t log_max_size = 10 * 1024 * 1024;
   uint32_t log_keep = 3;
   // --- end of Containment ---
+
+  // --- Streamed request bodies (issue 14) ---
+  // max_body: this kind's request body limit in bytes (an integer, or "512K", "64M", "2G",
+  // binary units); nullopt: [limits] max_body. Bodies are streamed to the worker either way.
+  std::optional<uint64_t> max_body;
+  // --- end streamed request bodies ---
 };
 
 // [workers] max_workers, max_starting: the bounds of every kind together (0: the machine's

@@ -25,6 +25,7 @@ std::vector<workers::KindConfig> kind_configs(const std::vector<WorkerKind>& kin
     // Containment (workers/containment.h, kind_log.h)
     c.limits = {k.memory_max, k.pids_max, k.cpu_weight};
     c.log_rotation = {k.log_max_size, k.log_keep};
+    c.max_body = k.max_body;  // streamed request bodies (issue 14)
     out.push_back(std::move(c));
   }
   return out;

@@ -91,7 +91,7 @@ ChunkedDecoder::Result ChunkedDecoder::feed(std::string_view data, core::Buffer&
           last_ = true;
           step_ = Step::kTrailerLineStart;
         } else {
-          if (body.size() + size_ > max_body || size_ > max_body)
+          if (total_ + size_ > max_body || size_ > max_body)
             return fail(413, "request body too large", i);
           left_ = size_;
           step_ = Step::kData;
@@ -100,6 +100,7 @@ ChunkedDecoder::Result ChunkedDecoder::feed(std::string_view data, core::Buffer&
       case Step::kData: {
         size_t take = n - i < left_ ? n - i : static_cast<size_t>(left_);
         body.append(data.substr(i, take));
+        total_ += take;
         i += take;
         left_ -= take;
         if (left_ == 0) step_ = Step::kDataCr;

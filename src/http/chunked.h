@@ -30,6 +30,8 @@ class ChunkedDecoder {
   };
 
   // Decodes `data` (the bytes after what earlier calls consumed), appending the body to `body`.
+  // `max_body` bounds the whole body decoded since reset(), not what `body` holds (a streamed
+  // body is handed on and cleared between calls).
   Result feed(std::string_view data, core::Buffer& body, uint64_t max_body,
               size_t max_trailer_bytes);
   void reset() { *this = ChunkedDecoder(); }
@@ -52,8 +54,9 @@ class ChunkedDecoder {
   }
 
   Step step_ = Step::kSize;
-  uint64_t size_ = 0;  // the current chunk's size
-  uint64_t left_ = 0;  // data bytes left in the current chunk
+  uint64_t size_ = 0;   // the current chunk's size
+  uint64_t left_ = 0;   // data bytes left in the current chunk
+  uint64_t total_ = 0;  // body bytes decoded so far
   int digits_ = 0;
   bool last_ = false;    // the 0-size chunk was seen
   bool colon_ = false;   // in a trailer line: the colon was seen
@@ -64,8 +67,8 @@ class ChunkedDecoder {
   bool need_value_ = false;  // chunk-ext: after '=' a value must come
   bool in_name_ = false;     // chunk-ext: inside a name or token value (BWS ends it)
   size_t line_bytes_ = 0;    // bytes of the current chunk-size line (bounded: kMaxSizeLine)  //
-                           // chunk-ext: a ';' was seen (BWS alone is not an extension)
-  bool in_quote_ = false;  // chunk-ext quoted-string
+                             // chunk-ext: a ';' was seen (BWS alone is not an extension)
+  bool in_quote_ = false;    // chunk-ext quoted-string
   bool quote_escape_ = false;
 };
 

@@ -43,7 +43,9 @@ Connection::Connection(Server& server, std::unique_ptr<core::Transport> transpor
       write_timer_(loop_.timers(), [this] {
         server_.log().info("write_timeout", "remote={}", peer_ip_);
         close_now();
-      }) {}
+      }) {
+  parser_.set_body_rules(this);
+}
 
 Connection::~Connection() = default;
 
@@ -74,7 +76,11 @@ void Connection::on_read_timer() {
       }
       break;
     case ReadTimer::kBody:
-      respond_error(408, "request body timeout");
+      if (body_state_ == BodyState::kOpen) {
+        fail_body(408, "request body timeout");
+      } else {
+        respond_error(408, "request body timeout");
+      }
       break;
     case ReadTimer::kIdle:
       close_now();
@@ -135,7 +141,13 @@ void Connection::on_io(uint32_t events) {
     close_now();
   } else if (events & EPOLLRDHUP) {
     // The client shut down its side while we were not reading: it is gone as far as a stream is
-    // concerned; anything else already queued is still written.
+    // concerned; anything else already queued is still written. While a request body streams,
+    // what it sent before is still to be read (its EOF ends or aborts the body then).
+    if (body_state_ == BodyState::kOpen) {
+      peer_shut_ = true;
+      update_interest();
+      return;
+    }
     peer_eof_ = true;
     if (producer_ || deferred_) {
       abort_stream();
@@ -157,6 +169,10 @@ void Connection::on_readable() {
   }
   auto r = transport_->read_into(in_, kReadSize);
   if (r.ok()) {
+    if (body_state_ == BodyState::kOpen) {
+      pump_body();
+      if (closed_) return;
+    }
     process_input();
     flush();
     return;
@@ -166,7 +182,8 @@ void Connection::on_readable() {
   // queued for complete requests are still written (the client may have only shut down its
   // sending side); a half-sent request is dropped.
   peer_eof_ = true;
-  if (r.status == core::IoResult::Status::kError || producer_ || deferred_) {
+  if (r.status == core::IoResult::Status::kError || producer_ || deferred_ ||
+      body_state_ == BodyState::kOpen) {
     abort_stream();
     close_now();
     return;
@@ -226,6 +243,11 @@ void Connection::process_input() {
         head_copy_.assign(in_.data(), head);
         req_.rebase(in_.data(), head, head_copy_.data());
         in_.consume(r.consumed);
+        if (parser_.streaming()) {
+          start_body_stream();
+          in_process_ = false;
+          return;
+        }
         phase_ = Phase::kBody;
         arm_read_timer(ReadTimer::kBody, server_.options().body_timeout_ms);
         if (parser_.expects_continue()) out_.append("HTTP/1.1 100 Continue\r\n\r\n");
@@ -332,12 +354,17 @@ void Connection::write_response(Response& r) {
     ResponsePlan& plan;
     ~PlanInUse() { plan.reset(); }
   } in_use{plan};
+  // A response while the request body still comes is the connection's last: the rest of the
+  // body is never parsed as a request.
+  if (body_state_ == BodyState::kOpen && !std::holds_alternative<DeferredBody>(r.body))
+    close_after_write_ = true;
   plan_response(r, req_, plan_context(), plan);
   if (!plan.refused_header.empty())
     server_.log().error("bad_response_header", "pattern=\"{}\" header=\"{}\"", req_.pattern,
                         fmt::format("{:.40}", plan.refused_header));
   status_ = plan.status;
   body_bytes_ = 0;
+  if (plan.body != BodyKind::kDeferred) head_out_ = true;
   if (plan.close) close_after_write_ = true;
   switch (plan.body) {
     case BodyKind::kDeferred:
@@ -467,6 +494,7 @@ void Connection::respond(Response response) {
 }
 
 void Connection::abort_stream() {
+  abandon_body("connection closed");
   if (deferred_) {
     auto d = std::move(deferred_);
     d->on_abort();
@@ -497,6 +525,8 @@ void Connection::access_log(int status, uint64_t bytes) {
 }
 
 void Connection::finish_request() {
+  abandon_body("response ended before the body");
+  head_out_ = continue_sent_ = false;
   access_log(status_, body_bytes_);
   log_method_.clear();
   log_target_.clear();
@@ -662,10 +692,15 @@ void Connection::update_interest() {
   // a head's worth): dropping EPOLLIN and adding it back would cost two epoll_ctl per deferred,
   // streamed or file response.
   bool room = in_.size() < server_.options().limits.max_head_bytes + kReadSize;
-  if (phase_ == Phase::kLingering ||
-      (!peer_eof_ && !close_after_write_ && out_.size() < kHighWater && (!busy || room)))
+  if (body_state_ == BodyState::kOpen) {
+    // A streamed body is read only while its consumer takes it, one read at a time, whatever
+    // the response does (a request with `Connection: close` still sends its body).
+    if (!peer_eof_ && body_consumer_ && !body_paused_ && in_.size() < kReadSize) want |= EPOLLIN;
+  } else if (phase_ == Phase::kLingering ||
+             (!peer_eof_ && !close_after_write_ && out_.size() < kHighWater && (!busy || room))) {
     want |= EPOLLIN;
-  if (!peer_eof_) want |= EPOLLRDHUP;
+  }
+  if (!peer_eof_ && !peer_shut_) want |= EPOLLRDHUP;
   if (!out_.empty() || file_active_) want |= EPOLLOUT;
   if (want != interest_) {
     interest_ = want;

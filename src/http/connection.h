@@ -13,6 +13,11 @@
 // a TLS session decrypted but epoll cannot see) and writes through it. A transport that cannot
 // sendfile() (TLS) gets files pread() into the output buffer: one record send per 16 KiB.
 //
+// A route that streams its request body (RouteOptions::stream_body, body_stream.h) runs once the
+// head is parsed; the connection is then the request's BodyStream: it reads the socket only while
+// the consumer takes pieces (one read, 16 KiB, at a time), and a response that ends before the
+// body did closes the connection.
+//
 // Lifetime: owned by the Server (intrusive list); destroyed through EventLoop::destroy_later
 // after close_now(), so an event already queued for it finds live memory and a closed flag.
 #pragma once
@@ -37,7 +42,11 @@ namespace corral::http {
 class Server;
 class Site;
 
-class Connection final : public core::IoHandler, private StreamWriter, private Responder {
+class Connection final : public core::IoHandler,
+                         private StreamWriter,
+                         private Responder,
+                         private BodyStream,
+                         private BodyRules {
  public:
   Connection(Server& server, std::unique_ptr<core::Transport> transport,
              const core::SocketAddress& peer);
@@ -86,6 +95,22 @@ class Connection final : public core::IoHandler, private StreamWriter, private R
   size_t buffered() const override { return out_.size(); }
   // Responder
   void respond(Response response) override;
+  // BodyRules: the route's, asked by the parser for a head with a body.
+  BodyRule body_rule(Request& req) override;
+  // BodyStream
+  void read(BodyConsumer* consumer) override;
+  void resume() override;
+  std::optional<uint64_t> length() const override;
+  uint64_t delivered() const override { return body_delivered_; }
+  // A streamed body: the route runs at the head; pieces go to the consumer as they come.
+  void start_body_stream();
+  void schedule_body_pump();
+  void pump_body();
+  // The body cannot be complete: the consumer hears why; the client gets `status` if no response
+  // head went out yet, else the connection closes.
+  void fail_body(int status, std::string_view why);
+  // Tells a consumer still attached that its body will not be complete (no answer is written).
+  void abandon_body(std::string_view why);
 
   Server& server_;
   core::EventLoop& loop_;
@@ -135,7 +160,19 @@ class Connection final : public core::IoHandler, private StreamWriter, private R
   uint64_t body_bytes_ = 0;  // for the access log
   int status_ = 0;
   uint64_t started_ms_ = 0;
-  std::string log_method_;  // copies for the access log of an asynchronous response
+  // A streamed request body (body_stream.h).
+  enum class BodyState : uint8_t { kNone, kOpen };
+  BodyState body_state_ = BodyState::kNone;  // kOpen: the route runs, its body is still coming
+  BodyConsumer* body_consumer_ = nullptr;
+  uint64_t body_delivered_ = 0;
+  bool body_paused_ = false;          // on_body_data returned false: no more until resume()
+  bool body_resumed_ = false;         // resume() came while on_body_data ran
+  bool body_in_callback_ = false;     // on_body_data runs
+  bool body_pump_scheduled_ = false;  // a pump_body() is deferred
+  bool continue_sent_ = false;        // the 100 Continue of this request
+  bool head_out_ = false;             // this request's response head is written
+  bool peer_shut_ = false;            // EPOLLRDHUP seen while a body streams: read on to its EOF
+  std::string log_method_;            // copies for the access log of an asynchronous response
   std::string log_target_;
 };
 

@@ -207,7 +207,13 @@ int RequestParser::check_head() {
       return -1;
     }
   }
-  if ((parser_.flags & F_CONTENT_LENGTH) && parser_.content_length > limits_.max_body) {
+  max_body_ = limits_.max_body;
+  if (rules_ && has_body()) {
+    BodyRule rule = rules_->body_rule(req);
+    max_body_ = rule.max_body;
+    streaming_ = rule.stream;
+  }
+  if ((parser_.flags & F_CONTENT_LENGTH) && parser_.content_length > max_body_) {
     cb_status_ = 413;
     cb_reason_ = "request body too large";
     return -1;
@@ -231,6 +237,9 @@ int RequestParser::on_headers_complete(llhttp_t* p) {
   if (r == 0 && (p->flags & F_CHUNKED)) {
     s->is_chunked_ = true;
     r = 1;  // "no body" for llhttp: ChunkedDecoder reads it (on_message_complete pauses first)
+  } else if (r == 0 && s->streaming_) {
+    s->stream_left_ = s->stream_length_ = p->content_length;
+    r = 1;  // "no body" for llhttp: feed_body() counts it
   }
   // We never switch protocols here (WebSocket will take over before this point): without this,
   // llhttp reports the upgrade at the start of the next execute as a phantom empty message.
@@ -240,7 +249,7 @@ int RequestParser::on_headers_complete(llhttp_t* p) {
 
 int RequestParser::on_body(llhttp_t* p, const char* at, size_t len) {
   auto* s = self(p);
-  if (s->body_.size() + len > s->limits_.max_body) {
+  if (s->body_.size() + len > s->max_body_) {
     s->cb_status_ = 413;
     s->cb_reason_ = "request body too large";
     return -1;
@@ -251,7 +260,7 @@ int RequestParser::on_body(llhttp_t* p, const char* at, size_t len) {
 
 int RequestParser::on_message_complete(llhttp_t* p) {
   auto* s = self(p);
-  if (!s->is_chunked_) {
+  if (!s->is_chunked_ && !s->streaming_) {
     s->complete_ = true;
     s->req_->body = s->body_.view();
   }
@@ -310,10 +319,11 @@ RequestParser::Result RequestParser::feed(std::string_view data, Request& req) {
     if (err == HPE_OK) return {head_was_done ? Kind::kNeedMore : Kind::kHead, data.size(), 0, {}};
     if (err != HPE_PAUSED) return error_from_llhttp(err, data);
     off = static_cast<size_t>(llhttp_get_error_pos(&parser_) - data.data());
+    if (streaming_) return {Kind::kHead, off, 0, {}};  // the body: feed_body()
     if (!is_chunked_) return {Kind::kComplete, off, 0, {}};
     in_chunked_body_ = true;  // paused right after the head of a chunked request
   }
-  auto c = chunked_.feed(data.substr(off), body_, limits_.max_body, limits_.max_head_bytes);
+  auto c = chunked_.feed(data.substr(off), body_, max_body_, limits_.max_head_bytes);
   switch (c.state) {
     case ChunkedDecoder::State::kNeedMore:
       return {head_was_done ? Kind::kNeedMore : Kind::kHead, data.size(), 0, {}};
@@ -327,6 +337,27 @@ RequestParser::Result RequestParser::feed(std::string_view data, Request& req) {
   return {Kind::kComplete, off + c.consumed, 0, {}};
 }
 
+RequestParser::BodyStep RequestParser::feed_body(std::string_view data) {
+  using State = BodyStep::State;
+  if (!is_chunked_) {
+    size_t take = data.size() < stream_left_ ? data.size() : static_cast<size_t>(stream_left_);
+    stream_left_ -= take;
+    return {stream_left_ == 0 ? State::kDone : State::kMore, take, data.substr(0, take), 0, {}};
+  }
+  body_.clear();  // the previous piece was handed on
+  auto c = chunked_.feed(data, body_, max_body_, limits_.max_head_bytes);
+  switch (c.state) {
+    case ChunkedDecoder::State::kNeedMore:
+      return {State::kMore, data.size(), body_.view(), 0, {}};
+    case ChunkedDecoder::State::kError:
+      return {State::kError, c.consumed, {}, c.status, c.reason};
+    case ChunkedDecoder::State::kDone:
+      break;
+  }
+  complete_ = true;
+  return {State::kDone, c.consumed, body_.view(), 0, {}};
+}
+
 void RequestParser::next_request() {
   if (llhttp_get_errno(&parser_) == HPE_PAUSED) llhttp_resume(&parser_);
   body_.clear();
@@ -337,7 +368,8 @@ void RequestParser::next_request() {
   head_done_ = complete_ = expect_continue_ = false;
   chunked_.reset();
   codings_ = {};
-  is_chunked_ = in_chunked_body_ = false;
+  is_chunked_ = in_chunked_body_ = streaming_ = false;
+  stream_left_ = stream_length_ = 0;
   cb_status_ = 0;
   cb_reason_ = {};
 }

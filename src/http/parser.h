@@ -22,13 +22,25 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 #include "core/buffer.h"
+#include "http/body_stream.h"
 #include "http/chunked.h"
 #include "http/request.h"
 
 namespace corral::http {
+
+// Asked once a request head with a body is parsed (before its Content-Length is judged): the
+// body limit of the route the request goes to, and whether that route reads the body streamed.
+class BodyRules {
+ public:
+  virtual BodyRule body_rule(Request& req) = 0;
+
+ protected:
+  ~BodyRules() = default;
+};
 
 struct ParserLimits {
   size_t max_request_line = 8 * 1024;   // 414 above
@@ -86,7 +98,33 @@ class RequestParser {
 
   // Parses from `data` (input not yet consumed) into `req`. Call again after kHead to continue into
   // the body, and after kComplete (once the request is answered) with next_request() first.
+  // A streamed body (streaming() after kHead): feed() stops after the head (`consumed` is the
+  // head's bytes) and the body is read with feed_body() instead.
   Result feed(std::string_view data, Request& req);
+
+  // One step of a streamed body: `piece` is the body decoded from `data` (a view into `data` for
+  // Content-Length, into the parser's own buffer for chunked, valid until the next call), and
+  // `consumed` the bytes of `data` it took. kDone: the body ended (bytes after `consumed` are the
+  // next request's); kError: answer `status` (400, 413) and close.
+  struct BodyStep {
+    enum class State { kMore, kDone, kError };
+    State state = State::kMore;
+    size_t consumed = 0;
+    std::string_view piece;
+    int status = 0;
+    std::string_view reason;
+  };
+  BodyStep feed_body(std::string_view data);
+  // Where the route's body rule comes from (null: limits.max_body, buffered).
+  void set_body_rules(BodyRules* rules) { rules_ = rules; }
+  bool streaming() const { return streaming_; }
+  bool chunked() const { return is_chunked_; }
+  // A streamed body's Content-Length (nullopt: chunked).
+  std::optional<uint64_t> stream_length() const {
+    if (is_chunked_) return std::nullopt;
+    return stream_length_;
+  }
+  uint64_t max_body() const { return max_body_; }
   // Prepares for the next request on the same connection.
   void next_request();
 
@@ -124,6 +162,11 @@ class RequestParser {
   };
 
   ParserLimits limits_;
+  BodyRules* rules_ = nullptr;
+  uint64_t max_body_ = 0;     // this request's (the route's rule, else limits_.max_body)
+  uint64_t stream_left_ = 0;  // a streamed Content-Length body: bytes still to come
+  uint64_t stream_length_ = 0;
+  bool streaming_ = false;
   llhttp_settings_t settings_;
   llhttp_t parser_;
   HeadScanner scanner_;

@@ -91,6 +91,7 @@ void Request::reset() {
   method_name = target = path = query = body = host = pattern = {};
   version_major = version_minor = 1;
   headers.clear();
+  body_stream = nullptr;
   remote_address.clear();
   scheme = "http";
   params.clear();

@@ -18,6 +18,8 @@ class EventLoop;
 
 namespace corral::http {
 
+class BodyStream;
+
 enum class Method : uint8_t {
   kGet,
   kHead,
@@ -79,6 +81,10 @@ struct Request {
   uint8_t version_minor = 1;
   Headers headers;
   std::string_view body;  // the whole request body (bounded by the body limit)
+  // A route with RouteOptions::stream_body (site.h), on an HTTP/1.1 connection, for a request that
+  // has a body: the body in pieces (body_stream.h), and `body` stays empty. Null otherwise (no
+  // body, a buffered route, HTTP/3, in-process calls): the body is whole in `body`.
+  BodyStream* body_stream = nullptr;
 
   // Admission.
   std::string_view host;       // the Host header's value (or :authority), validated

@@ -4,8 +4,8 @@
 
 namespace corral::http {
 
-SiteBuilder& SiteBuilder::route(std::string pattern, Handler handler) {
-  routes_.emplace_back(std::move(pattern), std::move(handler));
+SiteBuilder& SiteBuilder::route(std::string pattern, Handler handler, RouteOptions options) {
+  routes_.push_back({std::move(pattern), std::move(handler), options});
   return *this;
 }
 
@@ -28,10 +28,14 @@ core::Result<std::shared_ptr<const Site>> SiteBuilder::build() const {
   std::vector<RouteDef> defs;
   std::vector<Handler> handlers;
   std::vector<std::string> patterns;
+  std::vector<RouteOptions> options;
+  bool any_options = false;
   for (size_t i = 0; i < routes_.size(); ++i) {
-    defs.push_back({routes_[i].first, i});
-    handlers.push_back(routes_[i].second);
-    patterns.push_back(routes_[i].first);
+    defs.push_back({routes_[i].pattern, i});
+    handlers.push_back(routes_[i].handler);
+    patterns.push_back(routes_[i].pattern);
+    options.push_back(routes_[i].options);
+    any_options = any_options || routes_[i].options.stream_body || routes_[i].options.max_body;
   }
   std::string problems;
   auto router = Router::build(std::move(defs));
@@ -48,6 +52,8 @@ core::Result<std::shared_ptr<const Site>> SiteBuilder::build() const {
   if (!problems.empty()) return core::Error{EINVAL, problems};
   std::shared_ptr<Site> site(new Site(std::move(router.value()), std::move(handlers)));
   site->patterns_ = std::move(patterns);
+  site->route_options_ = std::move(options);
+  site->any_route_options_ = any_options;
   site->wraps_ = std::move(wraps);
   site->authenticators_ = authenticators_;
   site->error_hooks_ = error_hooks_;
@@ -58,6 +64,14 @@ bool Site::has_route(std::string_view pattern) const {
   for (const auto& p : patterns_)
     if (p == pattern) return true;
   return false;
+}
+
+BodyRule Site::body_rule(Request& req, uint64_t default_max) const {
+  if (!any_route_options_) return {default_max, false};
+  auto m = router_.match(req.method, req.method_name, req.path, req);
+  if (m.kind != Router::MatchKind::kFound) return {default_max, false};
+  const RouteOptions& o = route_options_[m.id];
+  return {o.max_body.value_or(default_max), o.stream_body};
 }
 
 Response Site::fail(Request& req, std::string_view pattern, std::string_view message) const {

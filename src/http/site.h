@@ -21,6 +21,7 @@
 
 #include "core/result.h"
 #include "http/admission.h"
+#include "http/body_stream.h"
 #include "http/request.h"
 #include "http/response.h"
 #include "http/router.h"
@@ -29,6 +30,18 @@ namespace corral::http {
 
 using Handler = std::function<Response(Request&)>;
 using Authenticator = std::function<std::optional<Principal>(const Request&)>;
+
+// How a route takes its request body. The default: buffered whole (Request::body) under the
+// server's limits.max_body, the route running once it is complete.
+struct RouteOptions {
+  // The route runs once the head is parsed and reads the body in pieces through
+  // Request::body_stream (body_stream.h), with backpressure. HTTP/1.1 only: over HTTP/3 (and
+  // in-process calls) the body is still whole in Request::body.
+  bool stream_body = false;
+  // This route's body limit instead of the server's: a Content-Length above it is 413 at once, a
+  // chunked body passing it is cut (413 if nothing was answered yet, else the connection closes).
+  std::optional<uint64_t> max_body;
+};
 
 struct Wrap {
   // Runs before the route; returning a response answers the request without the route.
@@ -51,6 +64,10 @@ class Site {
   size_t route_count() const { return router_.size(); }
   // Whether a route with exactly this pattern text exists (an upgraded socket asks after a swap).
   bool has_route(std::string_view pattern) const;
+  // The body rule of the route `req` goes to (`default_max`, buffered, for a route without
+  // options or no route). Matches the route (filling req.params, which handle() fills again): the
+  // connection asks only for requests that have a body, and only when some route has options.
+  BodyRule body_rule(Request& req, uint64_t default_max) const;
 
  private:
   friend class SiteBuilder;
@@ -66,6 +83,8 @@ class Site {
 
   Router router_;
   std::vector<Handler> handlers_;
+  std::vector<RouteOptions> route_options_;  // by route id
+  bool any_route_options_ = false;
   std::vector<std::string> patterns_;
   std::vector<ScopedWrap> wraps_;
   std::vector<Authenticator> authenticators_;
@@ -74,7 +93,7 @@ class Site {
 
 class SiteBuilder {
  public:
-  SiteBuilder& route(std::string pattern, Handler handler);
+  SiteBuilder& route(std::string pattern, Handler handler, RouteOptions options = {});
   SiteBuilder& wrap(std::string pattern, Wrap wrap);
   SiteBuilder& authenticate(Authenticator authenticator);
   SiteBuilder& on_error(ErrorHook hook);
@@ -82,7 +101,12 @@ class SiteBuilder {
   core::Result<std::shared_ptr<const Site>> build() const;
 
  private:
-  std::vector<std::pair<std::string, Handler>> routes_;
+  struct RouteEntry {
+    std::string pattern;
+    Handler handler;
+    RouteOptions options;
+  };
+  std::vector<RouteEntry> routes_;
   std::vector<std::pair<std::string, Wrap>> wraps_;
   std::vector<Authenticator> authenticators_;
   std::vector<ErrorHook> error_hooks_;

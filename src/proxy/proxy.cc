@@ -6,6 +6,7 @@
 
 #include "core/event_loop.h"
 #include "core/timer_wheel.h"
+#include "http/body_stream.h"
 #include "proxy/relay.h"
 #include "proxy/response_reader.h"
 #include "proxy/upstream_connection.h"
@@ -78,7 +79,7 @@ bool is_upgrade(const Request& req) {
 // if it was held there: GET or HEAD, no body, no upgrade.
 bool pipelinable(const Request& req) {
   return (req.method == Method::kGet || req.method == Method::kHead) && req.body.empty() &&
-         !is_upgrade(req);
+         !req.body_stream && !is_upgrade(req);
 }
 
 std::string prepare_request(const Request& req, const ProxyOptions& options) {
@@ -100,9 +101,18 @@ std::string prepare_request(const Request& req, const ProxyOptions& options) {
     r.append(h.name).append(": ").append(h.value).append("\r\n");
   }
   r.append(options.extra_headers);
-  if (!req.body.empty() || req.method == Method::kPost || req.method == Method::kPut ||
-      req.method == Method::kPatch)
+  if (req.body_stream) {
+    // Streamed: the body follows the head as the client sends it, framed as the client framed
+    // it (a chunked body is re-chunked piece by piece; its trailers were dropped).
+    if (auto length = req.body_stream->length()) {
+      r.append("Content-Length: ").append(std::to_string(*length)).append("\r\n");
+    } else {
+      r.append("Transfer-Encoding: chunked\r\n");
+    }
+  } else if (!req.body.empty() || req.method == Method::kPost || req.method == Method::kPut ||
+             req.method == Method::kPatch) {
     r.append("Content-Length: ").append(std::to_string(req.body.size())).append("\r\n");
+  }
   if (is_upgrade(req)) {
     // The one hop-by-hop pair that must cross: the upstream decides whether to switch.
     r.append("Upgrade: ").append(*req.header("upgrade")).append("\r\nConnection: Upgrade\r\n\r\n");
@@ -122,11 +132,14 @@ class Body;
 // the connection it is on, and by its Call again while a retry waits for the next round. The
 // client's side (the Call until the head is answered, then the Body that carries the response's
 // body) and the exchange point at each other; whichever goes first unlinks itself.
-class ProxiedExchange final : public Exchange {
+class ProxiedExchange final : public Exchange, private http::BodyConsumer {
  public:
   ProxiedExchange(core::EventLoop& loop, std::string request, uint32_t timeout_ms, bool head,
-                  bool upgrade_requested, UpstreamPool* pool, bool may_pipeline)
+                  bool upgrade_requested, UpstreamPool* pool, bool may_pipeline,
+                  http::BodyStream* body_stream)
       : loop_(loop),
+        body_stream_(body_stream),
+        body_chunked_(body_stream && !body_stream->length()),
         options_pool_(upgrade_requested ? nullptr : pool),
         pool_(options_pool_),
         timer_(loop.timers(), [this] { timed_out(); }),
@@ -134,7 +147,8 @@ class ProxiedExchange final : public Exchange {
     this->request = std::move(request);
     head_request = head;
     upgrade = upgrade_requested;
-    pipelinable = may_pipeline && !upgrade_requested;
+    pipelinable = may_pipeline && !upgrade_requested && !body_stream;
+    body_open = body_stream != nullptr;
   }
   ~ProxiedExchange() override;
 
@@ -152,6 +166,10 @@ class ProxiedExchange final : public Exchange {
     if (conn) conn->resume_reading();
   }
   void unlink_call() { call_ = nullptr; }
+  // On a connection now: a streamed request body starts (or goes on) to it.
+  void read_body() {
+    if (body_stream_ && conn) body_stream_->read(this);
+  }
   void unlink_body() { body_ = nullptr; }
 
   // Exchange
@@ -161,6 +179,9 @@ class ProxiedExchange final : public Exchange {
   void on_end() override;
   void on_switch(core::UniqueFd upstream, std::string leftover) override;
   void lost(std::unique_ptr<Exchange> self, const Loss& loss) override;
+  void on_drained() override {
+    if (body_stream_) body_stream_->resume();
+  }
 
   friend void dispatch(std::unique_ptr<ProxiedExchange> ex);
   friend class Call;
@@ -173,8 +194,19 @@ class ProxiedExchange final : public Exchange {
   void respond(Response r);
   void respond_error(int status, std::string_view why);
   void finish_body();
+  // BodyConsumer: the client's streamed request body, piped to the connection.
+  bool on_body_data(std::string_view piece) override;
+  void on_body_end() override;
+  void on_body_abort(std::string_view why) override;
+  // The body stops coming to this exchange (it left its connection, or is done with it).
+  void detach_body() {
+    if (auto* b = std::exchange(body_stream_, nullptr)) b->read(nullptr);
+  }
 
   core::EventLoop& loop_;
+  http::BodyStream* body_stream_;  // a streamed request body, until its end or abort
+  bool body_chunked_;
+  bool body_taken_ = false;  // a piece was sent: the request can never be sent again
   std::string path_;
   UpstreamPool* options_pool_;
   UpstreamPool* pool_;  // null once it is retried on a fresh connection of its own
@@ -219,7 +251,9 @@ void dispatch(std::unique_ptr<ProxiedExchange> ex) {
     }
     c = std::move(opened.conn);
   }
+  ProxiedExchange* e = ex.get();
   c.release()->push(std::move(ex));  // a busy connection owns itself (upstream_connection.h)
+  e->read_body();
 }
 
 // The route's deferred response: starts the exchange, finds the upstream first (proxy_found),
@@ -287,6 +321,8 @@ void Call::attempt() {
 void Call::found(std::string path, std::optional<Response> instead) {
   if (!responder || !waiting_) return;
   if (instead) {
+    // The exchange is never sent: its body (held for it while it waited) is not read.
+    waiting_->detach_body();
     auto* r = responder;
     responder = nullptr;
     r->respond(std::move(*instead));
@@ -334,6 +370,7 @@ class Body final : public http::StreamProducer {
 };
 
 ProxiedExchange::~ProxiedExchange() {
+  detach_body();
   if (call_) call_->unlink_exchange();
   if (body_) body_->unlink_exchange();
 }
@@ -362,7 +399,32 @@ void ProxiedExchange::abort() {
   discard = true;
   pending_body_.clear();
   timer_.cancel();
+  detach_body();
+  // The first on its connection: closed, so an upstream reading a streamed body sees it cut.
   if (conn) conn->abandon(*this, Loss{});
+}
+
+bool ProxiedExchange::on_body_data(std::string_view piece) {
+  body_taken_ = true;
+  // The response timeout runs from the last body byte the upstream took, not from the start:
+  // a long upload is not a slow upstream.
+  if (!head_seen_) timer_.arm_after(timeout_ms_);
+  if (!conn) return true;  // nowhere to go (it is being lost): dropped
+  return conn->send_body(piece, body_chunked_);
+}
+
+void ProxiedExchange::on_body_end() {
+  body_stream_ = nullptr;
+  body_open = false;
+  if (!head_seen_) timer_.arm_after(timeout_ms_);
+  if (conn && body_chunked_) conn->end_chunked_body();
+}
+
+void ProxiedExchange::on_body_abort(std::string_view) {
+  body_stream_ = nullptr;
+  // The client left (or its body was refused): the upstream must not take a cut body for a
+  // whole one. Its connection is closed, never pooled.
+  abort();
 }
 
 void ProxiedExchange::attach_writer(http::StreamWriter* w) {
@@ -385,7 +447,13 @@ void ProxiedExchange::timed_out() {
 }
 
 void ProxiedExchange::lost(std::unique_ptr<Exchange> self, const Loss& loss) {
+  if (body_taken_) {
+    detach_body();  // it cannot be sent again
+  } else if (body_stream_) {
+    body_stream_->read(nullptr);  // nothing comes while it waits to be sent again
+  }
   if (loss.status == 0 || discard) {
+    detach_body();
     if (writer_) finish_body();  // cut short: chunked is terminated, a short length shows
     loop_.destroy_later(std::move(self));
     return;
@@ -396,7 +464,8 @@ void ProxiedExchange::lost(std::unique_ptr<Exchange> self, const Loss& loss) {
 void ProxiedExchange::fail(std::unique_ptr<Exchange> self, int status, std::string_view why,
                            bool retryable) {
   timer_.cancel();
-  bool waiting = retryable && !head_seen_ && call_ && call_->responder;
+  // A streamed body that began to leave cannot be replayed.
+  bool waiting = retryable && !body_taken_ && !head_seen_ && call_ && call_->responder;
   if (waiting && reused && !got_bytes) {
     // A pooled connection the upstream had closed (or the one it was pipelined on failed): the
     // request never got an answer. Again, on a fresh connection (whatever the method).
@@ -408,6 +477,7 @@ void ProxiedExchange::fail(std::unique_ptr<Exchange> self, int status, std::stri
         std::unique_ptr<ProxiedExchange>(static_cast<ProxiedExchange*>(self.release())), true);
   }
   discard = true;
+  detach_body();
   respond_error(status, why);
   loop_.destroy_later(std::move(self));
 }
@@ -460,6 +530,7 @@ void ProxiedExchange::on_read(bool complete) {
 }
 
 void ProxiedExchange::on_end() {
+  detach_body();  // a response before the body's end: the client's connection closes after it
   complete_ = true;
   if (writer_) finish_body();
 }
@@ -535,9 +606,10 @@ void ProxiedExchange::finish_body() {
 Response proxy_to(Request& req, std::string unix_path, ProxyOptions options) {
   if (!req.loop) return Response::status_only(502);
   if (options.pool) ++options.pool->stats().requests;
-  auto ex = std::make_unique<ProxiedExchange>(
-      *req.loop, prepare_request(req, options), options.response_timeout_ms,
-      req.method == Method::kHead, is_upgrade(req), options.pool, pipelinable(req));
+  auto ex = std::make_unique<ProxiedExchange>(*req.loop, prepare_request(req, options),
+                                              options.response_timeout_ms,
+                                              req.method == Method::kHead, is_upgrade(req),
+                                              options.pool, pipelinable(req), req.body_stream);
   ex->set_on_timeout(std::move(options.on_timeout));
   ex->set_path(std::move(unix_path));
   return Response::deferred(std::make_unique<Call>(std::move(ex), nullptr, false));
@@ -546,9 +618,10 @@ Response proxy_to(Request& req, std::string unix_path, ProxyOptions options) {
 Response proxy_found(Request& req, UpstreamFinder find, ProxyOptions options) {
   if (!req.loop) return Response::status_only(502);
   if (options.pool) ++options.pool->stats().requests;
-  auto ex = std::make_unique<ProxiedExchange>(
-      *req.loop, prepare_request(req, options), options.response_timeout_ms,
-      req.method == Method::kHead, is_upgrade(req), options.pool, pipelinable(req));
+  auto ex = std::make_unique<ProxiedExchange>(*req.loop, prepare_request(req, options),
+                                              options.response_timeout_ms,
+                                              req.method == Method::kHead, is_upgrade(req),
+                                              options.pool, pipelinable(req), req.body_stream);
   ex->set_on_timeout(std::move(options.on_timeout));
   bool idempotent =
       req.method == Method::kGet || req.method == Method::kHead || req.method == Method::kOptions;

@@ -3,9 +3,18 @@
 // upstream is not read while the client's queue is full). Hop-by-hop headers are dropped both
 // ways; `Corral-*` headers from the client are removed and the proxy's own are added, so the
 // upstream can trust them (only the proxy reaches its socket). `Expect` is not passed on (the
-// front answers the client's 100-continue itself and has the whole body before the route runs),
-// and an upstream's interim responses (1xx other than a requested 101) are read past: the client
-// gets the final response.
+// front answers the client's 100-continue itself: before reading a buffered body, or when a
+// streamed body is first asked for), and an upstream's interim responses (1xx other than a
+// requested 101) are read past: the client gets the final response.
+//
+// A streamed request body (Request::body_stream, a route with RouteOptions::stream_body): the
+// head goes upstream with the client's Content-Length, or `Transfer-Encoding: chunked` (the body
+// re-chunked piece by piece), then the body as it comes, with backpressure both ways (the client
+// is not read while the upstream socket has kBodyHighWater unsent; the response side has its
+// own). Its end is passed on; the client's departure (or a refused body) closes the upstream
+// connection, so the upstream sees its request cut. Such a request is never pipelined, its
+// connection never reused before the body ended, and it is never sent again once a body byte
+// left (a body cannot be replayed); the response timeout runs from the last body byte.
 //
 // Without a pool: one upstream connection per request (`Connection: close`). With one
 // (ProxyOptions::pool): keep-alive connections, the requests of one loop round written together,

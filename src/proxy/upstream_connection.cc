@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "proxy/pool.h"
@@ -122,9 +123,36 @@ void UpstreamConnection::send() {
   if (done) {
     out_.clear();  // keeps its capacity for the connection's next requests
     out_sent_ = 0;
+  } else if (out_sent_ >= kBodyHighWater) {
+    // A streamed body appends while earlier bytes are still going: what was sent goes, so the
+    // buffer stays within about twice the high-water mark.
+    out_.erase(0, out_sent_);
+    out_sent_ = 0;
   }
   if (!set_interest(done ? interest_ & ~static_cast<uint32_t>(EPOLLOUT) : interest_ | EPOLLOUT))
-    close(front_failure("epoll"));
+    return close(front_failure("epoll"));
+  if (done && !queue_.empty() && queue_.front()->body_open) queue_.front()->on_drained();
+}
+
+bool UpstreamConnection::send_body(std::string_view piece, bool chunked) {
+  if (closed_) return true;
+  if (chunked) {
+    char size[24];
+    int n = snprintf(size, sizeof size, "%zx\r\n", piece.size());
+    out_.append(size, static_cast<size_t>(n)).append(piece).append("\r\n");
+  } else {
+    out_.append(piece);
+  }
+  // With a pool the head may still wait for this round's flush: it is ahead in out_, so sending
+  // now keeps the order.
+  send();
+  return closed_ || out_.size() - out_sent_ < kBodyHighWater;
+}
+
+void UpstreamConnection::end_chunked_body() {
+  if (closed_) return;
+  out_.append("0\r\n\r\n");
+  send();
 }
 
 void UpstreamConnection::read() {
@@ -181,7 +209,9 @@ void UpstreamConnection::response_ended(const char* rest, size_t rest_n) {
   ex->conn = nullptr;
   uint64_t took = std::min<uint64_t>(loop_.now() - ex->sent_ms, 10'000);
   latency_x8_ = latency_x8_ - latency_x8_ / 8 + static_cast<uint32_t>(took);
-  bool keep = reader_.keep_alive();
+  // A response before the end of its streamed request body: the upstream has an unfinished
+  // request on this connection, never to be reused.
+  bool keep = reader_.keep_alive() && !ex->body_open;
   if (!queue_.empty() && keep) {
     start_front();
     if (!closed_ && rest_n > 0) feed(rest, rest_n);

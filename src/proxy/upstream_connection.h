@@ -54,6 +54,8 @@ class Exchange : public ResponseReader::Events {
   // The connection gave this exchange back (`self`) before its response ended: send it again,
   // answer an error, or drop it (destroy_later: this may run inside its own callback).
   virtual void lost(std::unique_ptr<Exchange> self, const Loss& loss) = 0;
+  // Everything queued on the connection was written (a streamed request body may go on).
+  virtual void on_drained() {}
 
   std::string request;  // its bytes, kept whole for a retry on another connection
   bool head_request = false;
@@ -63,7 +65,10 @@ class Exchange : public ResponseReader::Events {
   bool reused = false;      // on a connection that was there before it (pooled, or pipelined)
   bool got_bytes = false;   // the upstream sent something for it (a retry could repeat work)
   bool never_sent = false;  // the connect failed: the request did not leave
-  uint64_t sent_ms = 0;     // when it was queued (latency: to its response's end)
+  // Its request body is streamed after `request` (the head) and has not ended: the connection
+  // is never reused (its upstream has an unfinished request) and nothing is pipelined behind it.
+  bool body_open = false;
+  uint64_t sent_ms = 0;                // when it was queued (latency: to its response's end)
   UpstreamConnection* conn = nullptr;  // while in a connection's queue
 };
 
@@ -119,6 +124,12 @@ class UpstreamConnection final : public core::IoHandler {
   void push(std::unique_ptr<Exchange> ex);
   // The requests queued so far leave now (the pool's flush).
   void send();
+  // A piece of the first exchange's streamed request body (`chunked`: framed as one chunk), sent
+  // at once. False: the bytes not yet written passed kBodyHighWater; the exchange hears
+  // on_drained() once all are out. The last chunk: end_chunked_body().
+  bool send_body(std::string_view piece, bool chunked);
+  void end_chunked_body();
+  static constexpr size_t kBodyHighWater = 128 * 1024;
   // The body's reader cannot take more (backpressure) / can again.
   void pause_reading();
   void resume_reading();

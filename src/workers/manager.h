@@ -158,6 +158,12 @@ struct KindConfig {
   Limits limits;
   LogRotation log_rotation;
 
+  // --- Streamed request bodies (issue 14) ---
+  // The kind's proxy routes stream request bodies to the worker (http/body_stream.h); this is
+  // their body limit (nullopt: the server's limits.max_body).
+  std::optional<uint64_t> max_body;
+  // --- end streamed request bodies ---
+
   // Warm spares (issue 14, manager_spares.cc): processes of the command kept launched without an
   // address, past their own setup, for the next starts of this kind to bind instead of forking.
   size_t spares = 0;

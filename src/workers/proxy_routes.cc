@@ -93,7 +93,9 @@ void add_proxy_routes(http::SiteBuilder& site, const std::vector<KindConfig>& ki
                   resolver->resolve(address, std::move(answer), again);
                 },
                 std::move(options));
-          });
+          },
+          // The body goes to the worker as it comes (proxy.h), under the kind's own limit.
+          http::RouteOptions{.stream_body = true, .max_body = kind.max_body});
     }
   }
 }

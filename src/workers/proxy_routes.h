@@ -5,6 +5,8 @@
 // authorize hook decides here, where the request's principal is known. A worker that sends no
 // response head within the kind's response_timeout_ms is answered 504 {"error":{"message",
 // "code":"worker_timeout"}} and logged (`worker_timeout`, with the address and the timeout).
+// Request bodies are streamed to the worker (http::RouteOptions::stream_body), under the kind's
+// max_body.
 //
 // Lifetime: the routes are built into the site before the fork and hold the ResolverSlot; each
 // server process's ProcessServices fills the slot once its loop exists. Single-threaded.
