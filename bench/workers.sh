@@ -184,8 +184,9 @@ state_dir = "$state"
 command = $cmd
 routes = ["/counter/{id}/*"]
 idle = "1h"
-spares = $spares
 EOF
+  # Only when asked: a baseline built before spares existed refuses the key.
+  if ((spares > 0)); then echo "spares = $spares" >>"$tmp/corral-$run_n.toml"; fi
   out="$tmp/corral-$run_n.out"
   "${prio[@]}" "$corral" serve --config "$tmp/corral-$run_n.toml" >"$out" 2>&1 &
   corral_pid=$!
@@ -210,7 +211,9 @@ expect_counter() {  # $1 path
 }
 
 worker_pids() {  # pids of the running workers, one per line
-  "$corral" ctl workers --json --state-dir "$state" | python3 -c '
+  # A baseline built before `ctl workers` printed a table has no --json: it prints JSON anyway.
+  { "$corral" ctl workers --json --state-dir "$state" 2>/dev/null ||
+    "$corral" ctl workers --state-dir "$state"; } | python3 -c '
 import json, sys
 for a, w in json.load(sys.stdin).items():
     if w.get("pid") and w.get("status") == "running":

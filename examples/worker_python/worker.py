@@ -215,10 +215,15 @@ class WorkerRuntime:
             public = self.redact(exc)
         except Exception:  # a broken redact must not leak the original either
             public = default_redact(exc)
+        error = public.to_json()
+        if isinstance(exc, MemoryError) and "code" not in error:
+            # An allocation refused (the kind's memory_max as RLIMIT_AS): the manager makes this
+            # the address's `memory limit` failure (docs/process-model.md, Containment).
+            error["code"] = "memory_limit"
         with self._lock:
             if self._stopping:
                 return
-            self._send_locked({"type": "fatal", "error": public.to_json()})
+            self._send_locked({"type": "fatal", "error": error})
         if threading.current_thread() is threading.main_thread():
             self.stop(1, "fatal")
         else:

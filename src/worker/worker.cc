@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <deque>
 #include <memory>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <thread>
@@ -398,6 +399,9 @@ class Worker {
       p = default_redact(e);
     }
     if (p.message.empty()) p.message = "internal error";
+    // An allocation refused (under the kind's memory_max as RLIMIT_AS, say): the manager turns
+    // this code into the address's `memory limit` failure (docs/process-model.md, Containment).
+    if (p.code.empty() && dynamic_cast<const std::bad_alloc*>(&e)) p.code = "memory_limit";
     return p;
   }
 

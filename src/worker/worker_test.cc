@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <new>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -183,6 +184,19 @@ TEST(WorkerMain, ThrowingSetupIsAFatalWithTheRedactedErrorAndClosersRun) {
   std::string seen;
   std::getline(closed, seen);
   EXPECT_EQ(seen, R"(test:1 {"k":"v"})");
+}
+
+// A refused allocation (the kind's memory_max as RLIMIT_AS) is reported with the code the
+// manager turns into the `memory limit` failure, unless the application's redact gave one.
+TEST(WorkerMain, AFailedAllocationIsAFatalWithTheMemoryLimitCode) {
+  WorkerProcess w([](WorkerContext&, http::SiteBuilder&) { throw std::bad_alloc(); }, {});
+  w.send_start();
+  EXPECT_EQ(w.recv()["type"], "started");
+  auto fatal = w.recv();
+  EXPECT_EQ(fatal["type"], "fatal");
+  EXPECT_EQ(fatal["error"]["code"], "memory_limit") << fatal.dump();
+  EXPECT_EQ(fatal["error"]["message"], "internal error");
+  EXPECT_NE(w.wait(), -1);
 }
 
 TEST(WorkerMain, ASpareRunsPrepareSaysStandbyAndTakesItsAddressFromStart) {

@@ -293,7 +293,13 @@ void Manager::begin_start(Worker& w, nlohmann::json start_data) {
                         {"scripts", cfg.code ? cfg.code->scripts_json() : nlohmann::json::array()},
                         {"lock", options_.state_dir + "/locks/" + lock_file_name(slot.address)}};
   if (cfg.code) msg["code"] = cfg.code->code_json();
-  send(w, msg);
+  rollout_on_start(slot);
+  if (!send(w, msg)) {
+    // A start that never reaches the worker would only fail at start_timeout: say why now (a
+    // code set too large for the control socket's buffer, say).
+    return fail(slot, public_error("The worker could not be started.", "start_failed"),
+                "the start message could not be sent on the control link");
+  }
   changed(slot);
 }
 

@@ -350,6 +350,7 @@ class Manager {
   // The rollout step's hooks in the lifecycle (manager_rollout.cc).
   RolloutEntry* rollout_entry(const Slot& slot) const;
   void rollout_on_ready(Worker& w);
+  void rollout_on_start(Slot& slot);  // a worker forks (or a spare is bound) for the slot
   void rollout_on_reloaded(Worker& w, const nlohmann::json& msg);
   bool rollout_on_exit(Slot& slot, bool crashed);  // true: start the replacement now
   void rollout_on_failed(Slot& slot);

@@ -73,7 +73,7 @@ struct Manager::RolloutEntry {
     replacing_new,  // the new worker starts (or waits for the bounds) on the rollout's set
   };
   Phase phase = Phase::undecided;
-  core::Timer timeout;  // reload_timeout_ms from the call
+  core::Timer timeout;  // reload_timeout_ms from the call; a replacement: from its fork
 };
 
 // A kind's rollout in progress: one entry per worker that ran another set when it began, removed

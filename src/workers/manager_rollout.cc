@@ -127,6 +127,11 @@ void Manager::rollout_reload(Worker& w, const CodeSet& set) {
 
 void Manager::rollout_replace(Worker& w, RolloutEntry& e) {
   e.phase = RolloutEntry::Phase::replacing_old;
+  // A replacement is bounded by its own steps, not by reload_timeout from the call: the stop by
+  // stop_grace, the queued start by the bounds' start_limit, and the new worker from its fork
+  // (rollout_on_start). Under load the starts queue behind max_starting for longer than any
+  // fixed timeout would allow, while every one of them progresses.
+  e.timeout.cancel();
   if (w.stop_after_started) return;  // a stop was asked already: it settles `stopped`
   Slot& slot = *w.slot;
   slot.start_queued = true;  // requests that come meanwhile wait for the new worker
@@ -143,6 +148,13 @@ Manager::RolloutEntry* Manager::rollout_entry(const Slot& slot) const {
   if (!r) return nullptr;
   auto it = r->entries.find(slot.address);
   return it == r->entries.end() ? nullptr : it->second.get();
+}
+
+void Manager::rollout_on_start(Slot& slot) {
+  RolloutEntry* e = rollout_entry(slot);
+  if (!e || e->phase != RolloutEntry::Phase::replacing_new) return;
+  const KindConfig& cfg = slot.kind->config;
+  e->timeout.arm_after(uint64_t{cfg.start_timeout_ms} + cfg.reload_timeout_ms);
 }
 
 void Manager::rollout_on_ready(Worker& w) {

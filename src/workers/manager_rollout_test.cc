@@ -435,10 +435,12 @@ TEST_F(RolloutTest, AKindWithoutCodeSendsNoSetAndHasNoVersion) {
 
 TEST_F(RolloutTest, AReplacementNotReadyInTimeIsAnErrorButStillComesUp) {
   kind_.reload = KindConfig::Reload::restart;
+  // A replacement's timeout runs from the new worker's fork: start_timeout + reload_timeout.
   kind_.reload_timeout_ms = 300;
+  kind_.start_timeout_ms = 1'000;
   Manager& m = make();
   ASSERT_TRUE(resolve(m, "doc:r").ok());
-  data_["doc:r"] = {{"slow_ready", 1'500}};  // the new worker's start data
+  data_["doc:r"] = {{"slow_ready", 3'000}};  // the new worker's start data
   auto r = roll(m, set('b'));
   auto e = entry_for(r, "doc:r");
   EXPECT_EQ(e["error"]["code"], "reload_timeout") << e.dump();
@@ -446,6 +448,24 @@ TEST_F(RolloutTest, AReplacementNotReadyInTimeIsAnErrorButStillComesUp) {
   EXPECT_EQ(status(m, "doc:r"), "starting");
   ASSERT_TRUE(run_until([&] { return status(m, "doc:r") == "running"; }));
   EXPECT_EQ(version_of(m, "doc:r"), ver('b'));
+  EXPECT_EQ(m.kinds_state()["doc"]["dirty"], false);
+}
+
+// Replacements queue behind max_starting: together they take longer than reload_timeout, but
+// each is bounded from its own fork, so none is reported as timed out.
+TEST_F(RolloutTest, QueuedReplacementsAreNotTimedOutWhileTheyProgress) {
+  kind_.reload = KindConfig::Reload::restart;
+  kind_.reload_timeout_ms = 400;
+  options_.max_starting = 1;
+  Manager& m = make();
+  for (const char* a : {"doc:q1", "doc:q2", "doc:q3", "doc:q4"}) {
+    ASSERT_TRUE(resolve(m, a).ok());
+    data_[a] = {{"slow_ready", 250}};  // each new worker: 250 ms to ready, one at a time
+  }
+  auto r = roll(m, set('b'), 20'000);
+  EXPECT_EQ(r.failed, 0u) << r.to_json().dump();
+  for (const auto& e : r.workers) EXPECT_EQ(e["report"]["restarted"], true) << e.dump();
+  EXPECT_GE(r.took_ms, 1'000u);  // longer than reload_timeout in all
   EXPECT_EQ(m.kinds_state()["doc"]["dirty"], false);
 }
 
