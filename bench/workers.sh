@@ -3,7 +3,7 @@
 #
 #   bench/workers.sh [--count 200] [--concurrency 8] [--duration 10] [--warmup 2]
 #                    [--connections 32] [--threads 2] [--repeat 2] [--idle-workers 50]
-#                    [--kinds cpp,python] [--parts first,proxy,memory,upload] [--priority rt|nice|none]
+#                    [--kinds cpp,python,node] [--parts first,proxy,memory,upload] [--priority rt|nice|none]
 #                    [--upload-mib 1024]
 #                    [--spares N]
 #                    [--baseline PATH [--baseline-worker PATH]]
@@ -164,7 +164,7 @@ cc -O2 -o "$tmp/uds_load" "$root/bench/workers_uds_load.c"
 run_n=0
 state=""
 port=""
-start_corral() {  # $1 cpp|python  [$2 build, default corral]: it becomes the current build
+start_corral() {  # $1 cpp|python|node  [$2 build, default corral]: it becomes the current build
   use_build "${2:-corral}"
   run_n=$((run_n + 1))
   state="$tmp/state-$run_n"
@@ -173,6 +173,8 @@ start_corral() {  # $1 cpp|python  [$2 build, default corral]: it becomes the cu
   case "$1" in
     cpp) cmd="[\"$worker_cpp\"]" ;;
     python) cmd="[\"$python_bin\", \"$worker_py\"]" ;;
+    node) cmd="[\"$(command -v node)\", \"$root/examples/worker_node/worker.mjs\"]" ;;
+    *) echo "workers.sh: unknown kind $1 (cpp, python, node)" >&2; exit 2 ;;
   esac
   cat >"$tmp/corral-$run_n.toml" <<EOF
 listen = "127.0.0.1:$port"
