@@ -122,21 +122,25 @@ void Manager::OutputReader::close() {
 Manager::~Manager() {
   // Whatever is left dies with the manager: a destructor cannot wait for a grace period.
   for (auto& [address, slot] : slots_) {
-    Worker* w = slot->worker.get();
-    if (!w) continue;
-    loop_.remove(w->pidfd.get());
-    if (w->control) loop_.remove(w->control.get());
-    w->out.close();
-    w->err.close();
-    kill(-w->pid, SIGKILL);
-    siginfo_t info{};
-    while (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(w->pidfd.get()), &info,
-                  WEXITED) < 0 &&
-           errno == EINTR) {
-    }
+    if (!slot->worker) continue;
+    kill_now(*slot->worker);
     remove_socket(*slot);
   }
   spares_destroy();
+}
+
+// The destructor's way out for a worker or a spare: off the loop, its group killed, reaped.
+void Manager::kill_now(Worker& w) {
+  loop_.remove(w.pidfd.get());
+  if (w.control) loop_.remove(w.control.get());
+  w.out.close();
+  w.err.close();
+  kill(-w.pid, SIGKILL);
+  siginfo_t info{};
+  while (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(w.pidfd.get()), &info, WEXITED) <
+             0 &&
+         errno == EINTR) {
+  }
 }
 
 // Only our own socket file: another manager on the same state directory (corral restarted while

@@ -347,6 +347,7 @@ class Manager {
   void remove_socket(Slot& slot);
   void emit(const std::string& address, const nlohmann::json& entry);
   void finish_close();
+  void kill_now(Worker& w);  // the destructor's: SIGKILL to its group and reap, no grace
   // The rollout step's hooks in the lifecycle (manager_rollout.cc).
   RolloutEntry* rollout_entry(const Slot& slot) const;
   void rollout_on_ready(Worker& w);

@@ -317,18 +317,8 @@ void Manager::spares_destroy() {
   for (auto& kind : kinds_) {
     kind->spare_timer.cancel();
     for (auto& s : kind->spares) {
-      Worker* w = s->worker.get();
-      if (!w) continue;
-      loop_.remove(w->pidfd.get());
-      if (w->control) loop_.remove(w->control.get());
-      w->out.close();
-      w->err.close();
-      kill(-w->pid, SIGKILL);
-      siginfo_t info{};
-      while (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(w->pidfd.get()), &info,
-                    WEXITED) < 0 &&
-             errno == EINTR) {
-      }
+      if (!s->worker) continue;
+      kill_now(*s->worker);
       remove_socket(*s);
     }
     kind->spares.clear();
