@@ -81,8 +81,12 @@ Rollouts::Rollouts(core::EventLoop& loop, core::Logger& log, Manager& manager,
     auto runs = std::make_unique<KindRuns>();
     runs->code_dir = k.code_dir;
     runs->reload = reload_name(k.reload);
-    runs->rollout_timeout_ms = std::max<uint64_t>(
-        k.reload_timeout_ms, uint64_t{k.stop_grace_ms} + uint64_t{k.start_timeout_ms});
+    // One worker's worst case: in place, reload_timeout; replaced, its stop (stop_grace), its
+    // queued start (start_limit after start_timeout), its start (start_timeout) and its setup
+    // (reload_timeout from the fork: Manager::rollout_on_start). Replacements that queue behind
+    // max_starting may take longer in all; ctl then says the rollout goes on.
+    runs->rollout_timeout_ms = uint64_t{k.stop_grace_ms} + 2 * uint64_t{k.start_timeout_ms} +
+                               uint64_t{k.reload_timeout_ms};
     any_code = any_code || !k.code_dir.empty();
     runs_.emplace(k.name, std::move(runs));
   }

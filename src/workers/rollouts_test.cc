@@ -207,7 +207,8 @@ TEST_F(RolloutsTest, ARolloutMakesTheDirectorysSetCurrentAndRollsBackByPrefix) {
   EXPECT_EQ(s["doc"]["versions"][1], (nlohmann::json{{"version", v1}, {"current", false}}));
   EXPECT_EQ(s["doc"]["code"], code_);
   EXPECT_EQ(s["doc"]["reload"], "auto");
-  EXPECT_EQ(s["doc"]["rollout_timeout_ms"], 12'000);  // stop_grace + start_timeout > reload
+  // stop_grace + 2 x start_timeout + reload_timeout: one replacement's worst case
+  EXPECT_EQ(s["doc"]["rollout_timeout_ms"], 27'000);
   EXPECT_TRUE(s["plain"]["version"].is_null());
   EXPECT_TRUE(s["plain"]["code"].is_null());
   EXPECT_EQ(s["plain"]["versions"], nlohmann::json::array());
