@@ -1,6 +1,7 @@
 #include "workers/launcher.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -93,6 +94,14 @@ core::Result<Launched> ProcessLauncher::launch(const LaunchSpec& spec) {
     const char* step = nullptr;
     if (!Containment::enter(confinement.value(), &step)) child_fail(step);
     setpgid(0, 0);
+    // A worker never keeps the supervisor's real-time policy (corral under chrt, a benchmark's
+    // --priority rt): under SCHED_FIFO a worker thread that spins waiting for another thread of
+    // the same process on its CPU never yields (seen with Node workers), and a runaway worker
+    // would hold a CPU against everything else. Workers get the normal policy.
+    if (int policy = sched_getscheduler(0); policy == SCHED_FIFO || policy == SCHED_RR) {
+      sched_param normal{};
+      sched_setscheduler(0, SCHED_OTHER, &normal);
+    }
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(0);  // the supervisor died before prctl
     // The supervisor blocks its signals for a signalfd and ignores SIGPIPE: start clean.
