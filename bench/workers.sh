@@ -39,8 +39,8 @@
 # Kinds: cpp = examples/worker_cpp (example_worker), python = examples/worker_python/worker.py.
 # No CPU pinning: the server, supervisor, worker and wrk share the machine's CPUs (a proxied
 # request needs three processes). --priority (default rt as root, as bench/run.sh): corral, wrk
-# and the clients run under chrt -f 50 / nice -19; the workers do not (the launcher gives every
-# worker the normal policy, whatever the supervisor's), nice -19 still applies to them.
+# and the clients run under chrt -f 50 (rt) or nice -19 (nice). Workers inherit a nice value but
+# never the real-time policy (the launcher gives every worker the normal one).
 # --baseline PATH measures a second corral binary (e.g. a release build of the commit before a
 # change) in the same run, with the same config, clients and priority: its example_worker is
 # --baseline-worker, by default examples/worker_cpp/example_worker next to it (else corral's).
