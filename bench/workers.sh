@@ -40,7 +40,10 @@
 # No CPU pinning: the server, supervisor, worker and wrk share the machine's CPUs (a proxied
 # request needs three processes). --priority (default rt as root, as bench/run.sh): corral, wrk
 # and the clients run under chrt -f 50 (rt) or nice -19 (nice). Workers inherit a nice value but
-# never the real-time policy (the launcher gives every worker the normal one).
+# never the real-time policy (the launcher gives every worker the normal one). A baseline built
+# before that change (aa244d8) gives its workers the real-time policy; part proxy sets its warm
+# worker back to the normal one (chrt -o), so both builds' workers run under the same policy (a
+# real-time worker preempts the server and wrk at once: baseline proxied req/s 1.18x that way).
 # --baseline PATH measures a second corral binary (e.g. a release build of the commit before a
 # change) in the same run, with the same config, clients and priority: its example_worker is
 # --baseline-worker, by default examples/worker_cpp/example_worker next to it (else corral's).
@@ -325,6 +328,8 @@ if has_part proxy; then
       wpid_of[$b]=$(worker_pids | head -1)
       [[ -n "${srv_of[$b]}" && -n "${wpid_of[$b]}" ]] ||
         { echo "workers.sh: no server or worker pid ($b)" >&2; exit 1; }
+      # Like with like: a worker of an older build may have inherited the real-time policy.
+      chrt -o -p 0 "${wpid_of[$b]}" >/dev/null 2>&1 || true
     done
     order=("${builds[@]}")
     for _ in $(seq "$repeat"); do

@@ -395,10 +395,13 @@ function connect() {
     } else if ('text' in m) {
       // The greeting of a new socket: an edit in flight on the lost one may have been committed
       // (then it is the text, unless another tab edited since: then it is merged once more).
-      if ('you' in m && sent !== null && m.text === sent) baseText = sent;
+      // A committed edit whose ack was lost with the old socket is saved all the same: say so.
+      const mine = 'you' in m && sent !== null && m.text === sent;
+      if (mine) baseText = sent;
       if (m.stale || 'you' in m) sent = null;
       committed(m.text, m.rev);
-      if (sent === null && area.value === baseText) say('revision ' + base);
+      if (sent === null && area.value === baseText)
+        say((mine ? 'saved, revision ' : 'revision ') + base);
       else if (sent === null) flush();
     }
   };

@@ -7,6 +7,7 @@
 #include "core/event_loop.h"
 #include "core/timer_wheel.h"
 #include "http/body_stream.h"
+#include "proxy/fields.h"
 #include "proxy/relay.h"
 #include "proxy/response_reader.h"
 #include "proxy/upstream_connection.h"
@@ -19,48 +20,15 @@ using http::Request;
 using http::Response;
 
 namespace {
+class Call;
+}  // namespace
 
-// By length first: one or two comparisons per header instead of a dozen calls (this runs for
-// every header of every proxied request and response).
-bool hop_by_hop(std::string_view name) {
-  switch (name.size()) {
-    case 2:
-      return iequals(name, "te");
-    case 7:
-      return iequals(name, "trailer") || iequals(name, "upgrade");
-    case 10:
-      return iequals(name, "connection") || iequals(name, "keep-alive");
-    case 16:
-      return iequals(name, "proxy-connection");
-    case 17:
-      return iequals(name, "transfer-encoding");
-    case 18:
-      return iequals(name, "proxy-authenticate");
-    case 19:
-      return iequals(name, "proxy-authorization");
-    default:
-      return false;
-  }
-}
+// What an UpstreamAnswer holds: the call it answers, unlinked when the call goes.
+struct UpstreamAnswer::Waiting {
+  Call* call;
+};
 
-// Response headers the proxy does not pass on: hop-by-hop, the framing, and those the front adds
-// itself (Date, Server and the default security headers).
-bool dropped_response_header(std::string_view name) {
-  switch (name.size()) {
-    case 4:
-      return iequals(name, "date");
-    case 6:
-      return iequals(name, "server");
-    case 14:
-      return iequals(name, "content-length");
-    case 15:
-      return iequals(name, "referrer-policy");
-    case 22:
-      return iequals(name, "x-content-type-options");
-    default:
-      return hop_by_hop(name);
-  }
-}
+namespace {
 
 bool corral_header(std::string_view name) {
   return name.size() >= 7 && iequals(name.substr(0, 7), "corral-");
@@ -154,7 +122,12 @@ class ProxiedExchange final : public Exchange, private http::BodyConsumer {
 
   core::EventLoop& loop() { return loop_; }
   void set_path(std::string path) { path_ = std::move(path); }
-  void set_on_timeout(std::function<Response()> f) { on_timeout_ = std::move(f); }
+  // The caller's hook for a 504 (ProxyOptions::on_timeout) and its name for the upstream.
+  void set_caller(ProxyOptions& options) {
+    on_timeout_ = std::move(options.on_timeout);
+    label_ = std::move(options.label);
+  }
+  const std::string& label() const { return label_; }
   // Before it is sent again: a fresh connection of its own (the one it was on had died under
   // it), or, after finding the upstream again, as new.
   void reset(bool fresh_connection);
@@ -212,9 +185,10 @@ class ProxiedExchange final : public Exchange, private http::BodyConsumer {
   UpstreamPool* pool_;  // null once it is retried on a fresh connection of its own
   core::Timer timer_;   // until the response head
   uint32_t timeout_ms_;
-  std::function<Response()> on_timeout_;  // the response instead of a bare 504
-  Call* call_ = nullptr;                  // the client's side until the head is answered
-  Body* body_ = nullptr;                  // then the stream that carries the body
+  std::function<Response(std::string_view, std::string_view)> on_timeout_;  // instead of a 504
+  std::string label_;                                                       // ProxyOptions::label
+  Call* call_ = nullptr;  // the client's side until the head is answered
+  Body* body_ = nullptr;  // then the stream that carries the body
   http::StreamWriter* writer_ = nullptr;
   std::string pending_body_;  // before the writer is there: bounded by one read's worth
   Response pending_head_;     // built, not answered yet (head_waits_)
@@ -286,21 +260,17 @@ class Call final : public http::DeferredProducer {
   // `ex` goes out again next round: on a fresh connection, or after finding the upstream again.
   void again(std::unique_ptr<ProxiedExchange> ex, bool find);
   void unlink_exchange() { ex_ = nullptr; }
+  // The finder's answer (UpstreamAnswer).
+  void found(std::string path, std::optional<Response> instead);
 
   http::Responder* responder = nullptr;  // until the response starts
 
  private:
   // What a step that may come after the call is gone (the finder's answer, a retry next round)
   // finds of it. shared: the finder holds it as long as it likes.
-  struct Pending {
-    Call* call;
-  };
+  using Pending = UpstreamAnswer::Waiting;
   void attempt();
-  void found(std::string path, std::optional<Response> instead);
-  std::shared_ptr<Pending>& pending() {
-    if (!pending_) pending_ = std::make_shared<Pending>(Pending{this});
-    return pending_;
-  }
+  std::shared_ptr<Pending>& pending();
 
   ProxiedExchange* ex_;                       // wherever it is; null once it is gone
   std::unique_ptr<ProxiedExchange> waiting_;  // while the call holds it
@@ -310,12 +280,21 @@ class Call final : public http::DeferredProducer {
   bool retried_ = false;
 };
 
+}  // namespace
+
+void UpstreamAnswer::operator()(std::string path, std::optional<Response> instead) const {
+  if (waiting_ && waiting_->call) waiting_->call->found(std::move(path), std::move(instead));
+}
+
+namespace {
+
+std::shared_ptr<Call::Pending>& Call::pending() {
+  if (!pending_) pending_ = std::make_shared<Pending>(Pending{this});
+  return pending_;
+}
+
 void Call::attempt() {
-  find_(
-      [p = pending()](std::string path, std::optional<Response> instead) {
-        if (p->call) p->call->found(std::move(path), std::move(instead));
-      },
-      retried_);
+  find_(waiting_->label(), UpstreamAnswer(pending()), retried_);
 }
 
 void Call::found(std::string path, std::optional<Response> instead) {
@@ -586,7 +565,11 @@ void ProxiedExchange::respond(Response r) {
 
 void ProxiedExchange::respond_error(int status, std::string_view why) {
   if (call_ && call_->responder) {
-    if (status == 504 && on_timeout_) return respond(std::exchange(on_timeout_, nullptr)());
+    if (status == 504 && on_timeout_) {
+      std::string_view method(request);  // the request line's first word
+      method = method.substr(0, method.find(' '));
+      return respond(std::exchange(on_timeout_, nullptr)(method, label_));
+    }
     auto r = Response::status_only(status);
     r.header("Corral-Proxy-Error", std::string(why));
     respond(std::move(r));
@@ -610,7 +593,7 @@ Response proxy_to(Request& req, std::string unix_path, ProxyOptions options) {
                                               options.response_timeout_ms,
                                               req.method == Method::kHead, is_upgrade(req),
                                               options.pool, pipelinable(req), req.body_stream);
-  ex->set_on_timeout(std::move(options.on_timeout));
+  ex->set_caller(options);
   ex->set_path(std::move(unix_path));
   return Response::deferred(std::make_unique<Call>(std::move(ex), nullptr, false));
 }
@@ -622,7 +605,7 @@ Response proxy_found(Request& req, UpstreamFinder find, ProxyOptions options) {
                                               options.response_timeout_ms,
                                               req.method == Method::kHead, is_upgrade(req),
                                               options.pool, pipelinable(req), req.body_stream);
-  ex->set_on_timeout(std::move(options.on_timeout));
+  ex->set_caller(options);
   bool idempotent =
       req.method == Method::kGet || req.method == Method::kHead || req.method == Method::kOptions;
   return Response::deferred(std::make_unique<Call>(std::move(ex), std::move(find), idempotent));

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -48,9 +49,15 @@ struct ProxyOptions {
   }
   uint32_t response_timeout_ms = 60'000;  // until the upstream's response head
   // No head within response_timeout_ms: the response the client gets instead of the bare 504
-  // (called once, on the loop; a caller logs there). Unset: 504 with Corral-Proxy-Error.
-  std::function<http::Response()> on_timeout;
+  // (called once, on the loop, with the request's method and `label`; a caller logs there).
+  // Unset: 504 with Corral-Proxy-Error. The request's own facts come as arguments so that a
+  // caller's closure holds only what is the same for every request: one of a reference and an
+  // integer is kept inside the std::function, with no allocation per request.
+  std::function<http::Response(std::string_view method, std::string_view label)> on_timeout;
   std::string target;  // the request target the upstream sees; empty: the client's
+  // What the caller names this request's upstream by (a worker's address): given to the finder
+  // (proxy_found) and to on_timeout, so neither has to carry a copy of its own.
+  std::string label;
 };
 
 http::Response proxy_to(http::Request& req, std::string unix_path, ProxyOptions options = {});
@@ -59,10 +66,23 @@ http::Response proxy_to(http::Request& req, std::string unix_path, ProxyOptions 
 // when the response starts and answers once, with the upstream's socket path, or with the
 // response to send instead (503 for a failed worker, 403, ...). The request is prepared at once
 // (its bytes copied), so the route's Request may be gone by the time `find` answers.
-using UpstreamAnswer = std::function<void(std::string path, std::optional<http::Response> instead)>;
-// `again`: this request's previous upstream could not be reached or went away before answering
-// (then a finder that caches should look afresh).
-using UpstreamFinder = std::function<void(UpstreamAnswer answer, bool again)>;
+// The answer is a handle to the request waiting for it: copying one copies a reference (no
+// allocation per request), calling one after its request is gone does nothing.
+class UpstreamAnswer {
+ public:
+  struct Waiting;  // the request's side (proxy.cc)
+  UpstreamAnswer() = default;
+  explicit UpstreamAnswer(std::shared_ptr<Waiting> waiting) : waiting_(std::move(waiting)) {}
+  void operator()(std::string path, std::optional<http::Response> instead) const;
+  explicit operator bool() const { return waiting_ != nullptr; }
+
+ private:
+  std::shared_ptr<Waiting> waiting_;
+};
+// `label`: ProxyOptions::label. `again`: this request's previous upstream could not be reached or
+// went away before answering (then a finder that caches should look afresh).
+using UpstreamFinder =
+    std::function<void(const std::string& label, UpstreamAnswer answer, bool again)>;
 http::Response proxy_found(http::Request& req, UpstreamFinder find, ProxyOptions options = {});
 
 }  // namespace corral::proxy

@@ -83,8 +83,11 @@ TEST_F(ProxyClock, OnTimeoutGivesTheResponseInsteadOfTheBare504) {
   int calls = 0;
   ProxyOptions o;
   o.response_timeout_ms = 200;
-  o.on_timeout = [&calls] {
+  std::string told;
+  o.label = "room:7";
+  o.on_timeout = [&calls, &told](std::string_view method, std::string_view label) {
     ++calls;
+    told = std::string(method) + " " + std::string(label);
     return http::Response::text("the worker did not answer\n", 504);
   };
   start(a, "/hang", std::move(o));
@@ -97,6 +100,7 @@ TEST_F(ProxyClock, OnTimeoutGivesTheResponseInsteadOfTheBare504) {
   EXPECT_EQ(a.body(), "the worker did not answer\n");
   EXPECT_FALSE(a.got->find_header("Corral-Proxy-Error"));
   EXPECT_EQ(calls, 1);
+  EXPECT_EQ(told, "GET room:7");  // the request's method and the options' label
 }
 
 TEST_F(ProxyClock, NoHeadWithinTheResponseTimeoutIs504) {
@@ -229,14 +233,22 @@ TEST_F(ProxyClock, AnUnreachableUpstreamIs502AndAFinderIsAskedAgainOnce) {
   req.target = "/x";
   req.loop = &loop_;
   std::vector<bool> asked;
-  auto r = proxy_found(req, [&](UpstreamAnswer answer, bool again) {
-    asked.push_back(again);
-    answer(path_, std::nullopt);
-  });
+  std::vector<std::string> labels;
+  ProxyOptions o;
+  o.label = "doc:42";
+  auto r = proxy_found(
+      req,
+      [&](const std::string& label, UpstreamAnswer answer, bool again) {
+        asked.push_back(again);
+        labels.push_back(label);
+        answer(path_, std::nullopt);
+      },
+      std::move(o));
   Answer b;
   std::get<http::DeferredBody>(r.body).producer->start(b);
   settle();
   EXPECT_EQ(asked, (std::vector<bool>{false, true}));
+  EXPECT_EQ(labels, (std::vector<std::string>{"doc:42", "doc:42"}));  // the options' label
   ASSERT_TRUE(b.got);
   EXPECT_EQ(b.got->status, 502);
 }

@@ -262,7 +262,8 @@ TEST_F(StreamedBody, AFinderThatAnswersInsteadNeverAsksForTheBody) {
   req.loop = &loop_;
   req.body_stream = &body;
   UpstreamAnswer later;
-  calls_.push_back(proxy_found(req, [&](UpstreamAnswer answer, bool) { later = answer; }));
+  calls_.push_back(
+      proxy_found(req, [&](const std::string&, UpstreamAnswer answer, bool) { later = answer; }));
   std::get<http::DeferredBody>(calls_.back().body).producer->start(a);
   settle();
   EXPECT_EQ(body.reads, 0);  // no upstream yet: nothing is read (the client's 100 waits too)
@@ -286,7 +287,7 @@ TEST_F(StreamedBody, ABodyNotYetTakenIsSentAgainWithItsRequest) {
   req.loop = &loop_;
   req.body_stream = &body;
   int asked = 0;
-  calls_.push_back(proxy_found(req, [&](UpstreamAnswer answer, bool) {
+  calls_.push_back(proxy_found(req, [&](const std::string&, UpstreamAnswer answer, bool) {
     ++asked;
     answer(asked == 1 ? std::string("/tmp/corral-proxy-body-nobody.sock") : path_, std::nullopt);
   }));

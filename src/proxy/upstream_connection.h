@@ -24,6 +24,7 @@
 #include "core/event_loop.h"
 #include "core/timer_wheel.h"
 #include "core/unique_fd.h"
+#include "proxy/fields.h"
 #include "proxy/response_reader.h"
 
 namespace corral::proxy {
@@ -179,7 +180,8 @@ class UpstreamConnection final : public core::IoHandler {
   std::string out_;        // requests not sent yet (from out_sent_)
   size_t out_sent_ = 0;
   ExchangeQueue queue_;  // in flight, in order
-  ResponseReader reader_;
+  // Stores only the fields the proxy passes on: the others cost no copy (fields.h).
+  ResponseReader reader_{dropped_response_header};
   core::Timer stall_;  // while requests wait behind a response that has not ended
   uint32_t latency_x8_ = 0;
   bool pipelinable_ = false;  // every request on it is a GET or HEAD without a body

@@ -298,8 +298,12 @@ void Manager::begin_start(Worker& w, nlohmann::json start_data) {
                         {"lock", options_.state_dir + "/locks/" + lock_file_name(slot.address)}};
   if (cfg.code) msg["code"] = cfg.code->code_json();
   rollout_on_start(slot);
+  errno = 0;
   if (!send(w, msg)) {
-    // A start that never reaches the worker would only fail at start_timeout: say why now (a
+    // A worker that already exited (a program that is not a worker, one that dies at once):
+    // its exit, read from its pidfd next, fails the start as worker_exited with its status.
+    if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN) return changed(slot);
+    // A start that never reaches a live worker would only fail at start_timeout: say why now (a
     // code set too large for the control socket's buffer, say).
     return fail(slot, public_error("The worker could not be started.", "start_failed"),
                 "the start message could not be sent on the control link");

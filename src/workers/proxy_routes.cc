@@ -69,10 +69,10 @@ void add_proxy_routes(http::SiteBuilder& site, const std::vector<KindConfig>& ki
             // A worker that takes the request and never answers (issue 14): the kind's own
             // timeout, then a 504 the client can read and a line that names the address.
             options.response_timeout_ms = timeout_ms;
-            options.on_timeout = [&log, address, timeout_ms,
-                                  method = std::string(req.method_name)] {
+            options.on_timeout = [&log, timeout_ms](std::string_view method,
+                                                    std::string_view worker) {
               log.warn("worker_timeout", "address=\"{}\" method={} response_timeout_ms={}",
-                       core::wire_encode(address), method, timeout_ms);
+                       core::wire_encode(worker), method, timeout_ms);
               return error_response(504, {{"message", "The worker did not answer in time."},
                                           {"code", "worker_timeout"}});
             };
@@ -82,15 +82,18 @@ void add_proxy_routes(http::SiteBuilder& site, const std::vector<KindConfig>& ki
             options.add_header("Corral-Remote-Address", req.remote_address)
                 .add_header("Corral-Address", core::wire_encode(address));
             if (req.principal) options.add_header("Corral-Principal", req.principal->id);
+            options.label = std::move(address);
             // The worker sees the part of the path the route's '*' matched ("/doc/42/edit" with
             // "/doc/{id}/*" -> "/edit"), with the query: its routes are relative to its address.
+            // Both closures hold only what every request shares (no allocation per request):
+            // the address comes to them as the options' label.
             LinkResolver* resolver = slot->resolver;
             return proxy::proxy_found(
                 req,
-                [resolver, address](proxy::UpstreamAnswer answer, bool again) {
+                [resolver](const std::string& worker, proxy::UpstreamAnswer answer, bool again) {
                   // Again: the socket it gave last time did not answer (a stale cached path to a
                   // stopped worker, or one that went away): ask the supervisor, not the cache.
-                  resolver->resolve(address, std::move(answer), again);
+                  resolver->resolve(worker, std::move(answer), again);
                 },
                 std::move(options));
           },

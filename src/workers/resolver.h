@@ -20,6 +20,7 @@
 #include "core/event_loop.h"
 #include "core/message_link.h"
 #include "http/response.h"
+#include "proxy/proxy.h"
 
 namespace corral::workers {
 
@@ -29,7 +30,7 @@ http::Response error_response(int status, const nlohmann::json& error, uint32_t 
 
 class LinkResolver {
  public:
-  using Answer = std::function<void(std::string path, std::optional<http::Response> instead)>;
+  using Answer = proxy::UpstreamAnswer;  // called once, with the socket's path or a refusal
   // A resolved address is remembered this long: requests to a running worker skip the round trip
   // to the supervisor. The supervisor sends "forget" when the worker stops, fails or is
   // suspended, and a connection that fails asks again (fresh), so a stale entry costs at most

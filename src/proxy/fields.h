@@ -1,0 +1,18 @@
+// The proxy's field rules, in one place for the request it rewrites (proxy.cc) and the response
+// head it reads (the ResponseReader of every upstream connection stores only what is passed on).
+// By length first: one or two comparisons per field instead of a dozen calls (they run for every
+// field of every proxied request and response).
+#pragma once
+
+#include <string_view>
+
+namespace corral::proxy {
+
+// Hop-by-hop fields (RFC 9110 §7.6.1) and the other connection-specific ones: never forwarded.
+bool hop_by_hop(std::string_view name);
+
+// Response fields the proxy does not pass on: hop-by-hop, the framing, and those the front adds
+// itself (Date, Server and the default security headers).
+bool dropped_response_header(std::string_view name);
+
+}  // namespace corral::proxy
