@@ -43,7 +43,7 @@
 # never the real-time policy (the launcher gives every worker the normal one). A baseline built
 # before that change (aa244d8) gives its workers the real-time policy; part proxy sets its warm
 # worker back to the normal one (chrt -o), so both builds' workers run under the same policy (a
-# real-time worker preempts the server and wrk at once: baseline proxied req/s 1.18x that way).
+# real-time worker preempts the server and wrk at once: the baseline gave ~1.1x its proxied req/s).
 # --baseline PATH measures a second corral binary (e.g. a release build of the commit before a
 # change) in the same run, with the same config, clients and priority: its example_worker is
 # --baseline-worker, by default examples/worker_cpp/example_worker next to it (else corral's).
