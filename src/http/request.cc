@@ -38,6 +38,20 @@ std::optional<std::string_view> Headers::get(std::string_view name) const {
   return std::nullopt;
 }
 
+bool Headers::has_token(std::string_view name, std::string_view token) const {
+  for (const auto& h : list_) {
+    if (!iequals(h.name, name)) continue;
+    std::string_view v = h.value;
+    while (!v.empty()) {
+      auto comma = v.find(',');
+      if (iequals(trim_ows(v.substr(0, comma)), token)) return true;
+      if (comma == std::string_view::npos) break;
+      v.remove_prefix(comma + 1);
+    }
+  }
+  return false;
+}
+
 size_t Headers::count(std::string_view name) const {
   size_t n = 0;
   for (const auto& h : list_)

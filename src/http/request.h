@@ -49,6 +49,10 @@ class Headers {
   // The first value of `name` (case-insensitive), if any.
   std::optional<std::string_view> get(std::string_view name) const;
   size_t count(std::string_view name) const;
+  // Whether the comma-separated values of `name` (every field of that name) list `token`,
+  // compared case-insensitively, whole (RFC 9110 §5.6.1): "Connection: keep-alive, Upgrade" has
+  // "upgrade"; "Connection: x-upgrade" does not.
+  bool has_token(std::string_view name, std::string_view token) const;
   size_t size() const { return list_.size(); }
   bool empty() const { return list_.empty(); }
   void clear() { list_.clear(); }

@@ -34,13 +34,9 @@ bool corral_header(std::string_view name) {
   return name.size() >= 7 && iequals(name.substr(0, 7), "corral-");
 }
 
+// An Upgrade field, and "upgrade" among the Connection field's options (a whole token).
 bool is_upgrade(const Request& req) {
-  auto up = req.header("upgrade");
-  auto conn = req.header("connection");
-  if (!up || !conn) return false;
-  std::string c(*conn);
-  for (auto& ch : c) ch = static_cast<char>(tolower(static_cast<unsigned char>(ch)));
-  return c.find("upgrade") != std::string::npos;
+  return req.header("upgrade") && req.headers.has_token("connection", "upgrade");
 }
 
 // A request that may wait behind another on a pipelined upstream connection, and be sent again

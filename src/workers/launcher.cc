@@ -17,7 +17,7 @@ namespace corral::workers {
 
 namespace {
 
-void child_fail(const char* what) {
+[[noreturn]] void child_fail(const char* what) {
   // Async-signal-safe: write(2) only. This lands in the worker's stderr pipe, so in its log.
   const char* err = strerror(errno);
   [[maybe_unused]] ssize_t w = ::write(2, "corral: ", 8);
@@ -39,10 +39,17 @@ ExitCause ProcessLauncher::reaped(pid_t pid) {
   return containment_->reaped(pid);
 }
 
-core::Result<Launched> ProcessLauncher::launch(const LaunchSpec& spec) {
-  if (spec.command.empty() && !spec.in_process)
-    return core::Error{EINVAL, "the kind has no command"};
-  // Everything the child needs is built before fork(): after it, only async-signal-safe calls.
+namespace {
+
+// What the child executes, built before fork() (after it, only async-signal-safe calls): the
+// environment, with corral's variables, and the argument vector. Filled in place: envp and argv
+// point into the strings.
+struct ExecPlan {
+  std::vector<std::string> env_strings, args;
+  std::vector<char*> envp, argv;
+};
+
+void plan_exec(const LaunchSpec& spec, ExecPlan& plan) {
   std::map<std::string, std::string> env;
   for (char** e = environ; e && *e; ++e) {
     std::string_view kv(*e);
@@ -57,15 +64,74 @@ core::Result<Launched> ProcessLauncher::launch(const LaunchSpec& spec) {
   else
     env["CORRAL_ADDRESS"] = spec.address;
   env["CORRAL_STATE_DIR"] = spec.state_dir;
-  std::vector<std::string> env_strings;
-  env_strings.reserve(env.size());
-  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp, argv;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> args = spec.command;
-  for (auto& s : args) argv.push_back(s.data());
-  argv.push_back(nullptr);
+  plan.env_strings.reserve(env.size());
+  for (const auto& [k, v] : env) plan.env_strings.push_back(k + "=" + v);
+  for (auto& s : plan.env_strings) plan.envp.push_back(s.data());
+  plan.envp.push_back(nullptr);
+  plan.args = spec.command;
+  for (auto& s : plan.args) plan.argv.push_back(s.data());
+  plan.argv.push_back(nullptr);
+}
+
+// The child's descriptors before they are put in place: 0 /dev/null, 1 and 2 the output pipes,
+// 3 the control socket, 4 the listening socket.
+struct ChildFds {
+  int fds[5];
+};
+
+// In the child, after fork(): confined, in its own process group, with the normal scheduling
+// policy, clean signals and exactly descriptors 0-4; then the command (or the in-process
+// function). Never returns.
+[[noreturn]] void become_worker(const LaunchSpec& spec, const Confinement& confinement,
+                                ExecPlan& plan, ChildFds child, pid_t parent) {
+  // First of all: the worker's group (so all it forks is inside too) and its rlimits.
+  const char* step = nullptr;
+  if (!Containment::enter(confinement, &step)) child_fail(step);
+  setpgid(0, 0);
+  // A worker never keeps the supervisor's real-time policy (corral under chrt, a benchmark's
+  // --priority rt): under SCHED_FIFO a worker thread that spins waiting for another thread of
+  // the same process on its CPU never yields (seen with Node workers), and a runaway worker
+  // would hold a CPU against everything else. Workers get the normal policy.
+  if (int policy = sched_getscheduler(0); policy == SCHED_FIFO || policy == SCHED_RR) {
+    sched_param normal{};
+    sched_setscheduler(0, SCHED_OTHER, &normal);
+  }
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != parent) _exit(0);  // the supervisor died before prctl
+  // The supervisor blocks its signals for a signalfd and ignores SIGPIPE: start clean.
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  for (int s = 1; s < NSIG; ++s) signal(s, SIG_DFL);
+  // Move every descriptor we keep above 4 first, so the dup2()s below cannot clobber one.
+  for (int& fd : child.fds) {
+    fd = fcntl(fd, F_DUPFD_CLOEXEC, 5);
+    if (fd < 0) child_fail("fcntl(F_DUPFD)");
+  }
+  for (int target = 0; target < 5; ++target) {
+    if (dup2(child.fds[target], target) < 0) child_fail("dup2");  // dup2 clears FD_CLOEXEC
+  }
+  close_range(5, ~0U, 0);
+  // The listening socket was made non-blocking for nobody in particular: workers block.
+  int fl = fcntl(4, F_GETFL);
+  if (fl >= 0) fcntl(4, F_SETFL, fl & ~O_NONBLOCK);
+  if (spec.in_process) {
+    environ = plan.envp.data();  // what getenv() reads: CORRAL_CONTROL_FD and the rest
+    int status = spec.in_process();
+    fflush(nullptr);  // stdio buffers, which _exit would drop
+    _exit(status);
+  }
+  execvpe(plan.argv[0], plan.argv.data(), plan.envp.data());
+  child_fail(plan.argv[0]);
+}
+
+}  // namespace
+
+core::Result<Launched> ProcessLauncher::launch(const LaunchSpec& spec) {
+  if (spec.command.empty() && !spec.in_process)
+    return core::Error{EINVAL, "the kind has no command"};
+  ExecPlan plan;
+  plan_exec(spec, plan);
 
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
@@ -90,46 +156,10 @@ core::Result<Launched> ProcessLauncher::launch(const LaunchSpec& spec) {
     return e;
   }
   if (pid == 0) {
-    // First of all: the worker's group (so all it forks is inside too) and its rlimits.
-    const char* step = nullptr;
-    if (!Containment::enter(confinement.value(), &step)) child_fail(step);
-    setpgid(0, 0);
-    // A worker never keeps the supervisor's real-time policy (corral under chrt, a benchmark's
-    // --priority rt): under SCHED_FIFO a worker thread that spins waiting for another thread of
-    // the same process on its CPU never yields (seen with Node workers), and a runaway worker
-    // would hold a CPU against everything else. Workers get the normal policy.
-    if (int policy = sched_getscheduler(0); policy == SCHED_FIFO || policy == SCHED_RR) {
-      sched_param normal{};
-      sched_setscheduler(0, SCHED_OTHER, &normal);
-    }
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(0);  // the supervisor died before prctl
-    // The supervisor blocks its signals for a signalfd and ignores SIGPIPE: start clean.
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    for (int s = 1; s < NSIG; ++s) signal(s, SIG_DFL);
-    // Move every descriptor we keep above 4 first, so the dup2()s below cannot clobber one.
-    int fds[5] = {devnull.get(), out_wr.get(), err_wr.get(), child_control.get(), spec.listen_fd};
-    for (int& fd : fds) {
-      fd = fcntl(fd, F_DUPFD_CLOEXEC, 5);
-      if (fd < 0) child_fail("fcntl(F_DUPFD)");
-    }
-    for (int target = 0; target < 5; ++target) {
-      if (dup2(fds[target], target) < 0) child_fail("dup2");  // dup2 clears FD_CLOEXEC
-    }
-    close_range(5, ~0U, 0);
-    // The listening socket was made non-blocking for nobody in particular: workers block.
-    int fl = fcntl(4, F_GETFL);
-    if (fl >= 0) fcntl(4, F_SETFL, fl & ~O_NONBLOCK);
-    if (spec.in_process) {
-      environ = envp.data();  // what getenv() reads: CORRAL_CONTROL_FD and the rest
-      int status = spec.in_process();
-      fflush(nullptr);  // stdio buffers, which _exit would drop
-      _exit(status);
-    }
-    execvpe(argv[0], argv.data(), envp.data());
-    child_fail(argv[0]);
+    become_worker(
+        spec, confinement.value(), plan,
+        ChildFds{{devnull.get(), out_wr.get(), err_wr.get(), child_control.get(), spec.listen_fd}},
+        parent);
   }
   containment_->adopt(std::move(confinement.value()), pid);
   Launched l;

@@ -25,21 +25,6 @@ bool valid_key(std::string_view k) {
 
 using http::trim_ows;
 
-// Whether the comma-separated header values of `name` contain `token` (case-insensitive).
-bool has_token(const http::Request& req, std::string_view name, std::string_view token) {
-  for (const auto& h : req.headers) {
-    if (!http::iequals(h.name, name)) continue;
-    std::string_view v = h.value;
-    while (!v.empty()) {
-      auto comma = v.find(',');
-      if (http::iequals(trim_ows(v.substr(0, comma)), token)) return true;
-      if (comma == std::string_view::npos) break;
-      v.remove_prefix(comma + 1);
-    }
-  }
-  return false;
-}
-
 std::string lower(std::string_view s) {
   std::string out(s);
   for (auto& c : out) c = static_cast<char>(tolower(static_cast<unsigned char>(c)));
@@ -62,7 +47,8 @@ std::string accept_key(std::string_view key) {
 
 Handshake check_handshake(const http::Request& req, const HandshakeOptions& options) {
   Handshake h;
-  if (!has_token(req, "upgrade", "websocket") || !has_token(req, "connection", "upgrade")) {
+  if (!req.headers.has_token("upgrade", "websocket") ||
+      !req.headers.has_token("connection", "upgrade")) {
     h.status = 426;
     h.reason = "not a WebSocket upgrade";
     return h;
@@ -102,7 +88,7 @@ Handshake check_handshake(const http::Request& req, const HandshakeOptions& opti
     }
   }
   for (const auto& p : options.subprotocols) {
-    if (has_token(req, "sec-websocket-protocol", p)) {
+    if (req.headers.has_token("sec-websocket-protocol", p)) {
       h.protocol = p;
       break;
     }
