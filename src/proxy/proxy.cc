@@ -39,6 +39,14 @@ bool is_upgrade(const Request& req) {
   return req.header("upgrade") && req.headers.has_token("connection", "upgrade");
 }
 
+// A request that may be sent again when its upstream went away without a byte of an answer
+// (RFC 9110 §9.2.2; PUT and DELETE are idempotent too, but a worker's handler for them may not
+// be written so: only the safe methods).
+bool idempotent(const Request& req) {
+  return req.method == Method::kGet || req.method == Method::kHead ||
+         req.method == Method::kOptions;
+}
+
 // A request that may wait behind another on a pipelined upstream connection, and be sent again
 // if it was held there: GET or HEAD, no body, no upgrade.
 bool pipelinable(const Request& req) {
@@ -248,11 +256,11 @@ class Call final : public http::DeferredProducer {
     if (ex_) ex_->abort();
   }
 
-  // An idempotent request, or one that never left (the connect failed), is tried once more
-  // after finding the upstream again (the finder then starts a new worker).
-  bool may_find_again(bool never_sent) const {
-    return find_ && !retried_ && (idempotent_ || never_sent);
-  }
+  // An idempotent request, or one the upstream never read (the connect failed, or it closed
+  // with the request unread), is tried once more after finding the upstream again (the finder
+  // then starts a new worker).
+  bool may_find_again(bool unread) const { return find_ && !retried_ && (idempotent_ || unread); }
+  bool idempotent() const { return idempotent_; }
   // `ex` goes out again next round: on a fresh connection, or after finding the upstream again.
   void again(std::unique_ptr<ProxiedExchange> ex, bool find);
   void unlink_exchange() { ex_ = nullptr; }
@@ -352,7 +360,7 @@ ProxiedExchange::~ProxiedExchange() {
 
 void ProxiedExchange::reset(bool fresh_connection) {
   timer_.cancel();
-  reused = got_bytes = false;
+  reused = got_bytes = unread = false;
   if (fresh_connection) {
     pool_ = nullptr;  // a pooled connection the upstream had closed: a fresh one, not pooled
   } else {
@@ -441,13 +449,16 @@ void ProxiedExchange::fail(std::unique_ptr<Exchange> self, int status, std::stri
   timer_.cancel();
   // A streamed body that began to leave cannot be replayed.
   bool waiting = retryable && !body_taken_ && !head_seen_ && call_ && call_->responder;
-  if (waiting && reused && !got_bytes) {
+  bool unread_request = never_sent || unread;
+  if (waiting && reused && !got_bytes && (call_->idempotent() || unread_request)) {
     // A pooled connection the upstream had closed (or the one it was pipelined on failed): the
-    // request never got an answer. Again, on a fresh connection (whatever the method).
+    // request never got an answer. Again, on a fresh connection: an idempotent one, or any
+    // other the upstream provably did not read (RFC 9112 §9.3.1: a POST it may have acted on
+    // is answered 502, not repeated).
     return call_->again(
         std::unique_ptr<ProxiedExchange>(static_cast<ProxiedExchange*>(self.release())), false);
   }
-  if (waiting && call_->may_find_again(never_sent)) {
+  if (waiting && call_->may_find_again(unread_request)) {
     return call_->again(
         std::unique_ptr<ProxiedExchange>(static_cast<ProxiedExchange*>(self.release())), true);
   }
@@ -591,7 +602,7 @@ Response proxy_to(Request& req, std::string unix_path, ProxyOptions options) {
                                               options.pool, pipelinable(req), req.body_stream);
   ex->set_caller(options);
   ex->set_path(std::move(unix_path));
-  return Response::deferred(std::make_unique<Call>(std::move(ex), nullptr, false));
+  return Response::deferred(std::make_unique<Call>(std::move(ex), nullptr, idempotent(req)));
 }
 
 Response proxy_found(Request& req, UpstreamFinder find, ProxyOptions options) {
@@ -602,9 +613,8 @@ Response proxy_found(Request& req, UpstreamFinder find, ProxyOptions options) {
                                               req.method == Method::kHead, is_upgrade(req),
                                               options.pool, pipelinable(req), req.body_stream);
   ex->set_caller(options);
-  bool idempotent =
-      req.method == Method::kGet || req.method == Method::kHead || req.method == Method::kOptions;
-  return Response::deferred(std::make_unique<Call>(std::move(ex), std::move(find), idempotent));
+  return Response::deferred(
+      std::make_unique<Call>(std::move(ex), std::move(find), idempotent(req)));
 }
 
 }  // namespace corral::proxy

@@ -220,6 +220,73 @@ TEST_F(ProxyClock, ADeadPooledConnectionIsRetriedOnAFreshOne) {
   EXPECT_EQ(a.body(), "made");
 }
 
+// A pooled connection on which the upstream read a POST and then closed without a byte of an
+// answer: it may have acted on it (RFC 9112 §9.3.1), so the client gets 502 and the upstream
+// never sees the POST twice. A GET in the same place is sent again.
+TEST_F(ProxyClock, APostTheUpstreamReadIsNotSentAgainWhenItClosesWithoutAnswer) {
+  Answer first;
+  start(first, "/1", {.pool = &pool_});
+  auto up = accept_upstream();
+  ASSERT_TRUE(up);
+  received(up);
+  reply(up, "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n1");
+  settle();
+  ASSERT_EQ(pool_.idle(), 1u);
+  Answer a;
+  start(a, "/post", {.pool = &pool_}, http::Method::kPost);
+  settle();
+  EXPECT_EQ(received(up).rfind("POST /post HTTP/1.1\r\n", 0), 0u);  // read whole
+  up.reset();  // and closed, no answer
+  settle();
+  EXPECT_FALSE(accept_upstream());  // not sent again
+  ASSERT_TRUE(a.got);
+  EXPECT_EQ(a.got->status, 502);
+}
+
+TEST_F(ProxyClock, AGetTheUpstreamReadIsSentAgainWhenItClosesWithoutAnswer) {
+  Answer first;
+  start(first, "/1", {.pool = &pool_});
+  auto up = accept_upstream();
+  ASSERT_TRUE(up);
+  received(up);
+  reply(up, "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n1");
+  settle();
+  Answer a;
+  start(a, "/get", {.pool = &pool_});
+  settle();
+  EXPECT_EQ(received(up).rfind("GET /get HTTP/1.1\r\n", 0), 0u);
+  up.reset();
+  auto again = accept_upstream();
+  ASSERT_TRUE(again);
+  EXPECT_EQ(received(again).rfind("GET /get HTTP/1.1\r\n", 0), 0u);
+  reply(again, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+  settle();
+  EXPECT_EQ(a.body(), "ok");
+}
+
+// The upstream closed with the POST still unread in its socket (a Unix socket then gives
+// ECONNRESET, not EOF): it never read it, so it is sent again on a fresh connection.
+TEST_F(ProxyClock, APostTheUpstreamNeverReadIsSentAgain) {
+  Answer first;
+  start(first, "/1", {.pool = &pool_});
+  auto up = accept_upstream();
+  ASSERT_TRUE(up);
+  received(up);
+  reply(up, "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n1");
+  settle();
+  Answer a;
+  start(a, "/post", {.pool = &pool_}, http::Method::kPost);
+  settle();
+  up.reset();  // closed without reading the POST
+  auto again = accept_upstream();
+  ASSERT_TRUE(again);
+  EXPECT_EQ(received(again).rfind("POST /post HTTP/1.1\r\n", 0), 0u);
+  reply(again, "HTTP/1.1 201 Created\r\nContent-Length: 4\r\n\r\nmade");
+  settle();
+  ASSERT_TRUE(a.got);
+  EXPECT_EQ(a.got->status, 201);
+}
+
 TEST_F(ProxyClock, AnUnreachableUpstreamIs502AndAFinderIsAskedAgainOnce) {
   ::unlink(path_.c_str());  // nobody listens
   Answer a;

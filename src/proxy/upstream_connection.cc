@@ -117,6 +117,7 @@ void UpstreamConnection::send() {
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
     // A Unix connect that never completed: the request did not leave.
     if (n < 0 && errno == ENOTCONN) queue_.front()->never_sent = true;
+    if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) queue_.front()->unread = true;
     return close(front_failure("upstream write failed"));
   }
   bool done = out_sent_ == out_.size();
@@ -160,6 +161,10 @@ void UpstreamConnection::read() {
   ssize_t n = ::read(fd_.get(), buf, sizeof buf);
   if (n > 0) return feed(buf, static_cast<size_t>(n));
   if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+  if (n < 0 && errno == ECONNRESET) queue_.front()->unread = true;  // closed with ours unread
+  // Closed before a byte of the request went (the close was seen in the round the request was
+  // queued, before the round's flush): it never left. Alone in the queue, its bytes are out_.
+  if (queue_.size() == 1 && out_sent_ == 0 && !out_.empty()) queue_.front()->unread = true;
   // EOF: a close-delimited body ends here; before the head it is a failure.
   if (!reader_.head_seen()) return close(front_failure("upstream closed before its response"));
   bool ok = reader_.finish() == ResponseReader::State::kComplete;

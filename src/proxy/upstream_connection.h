@@ -66,6 +66,10 @@ class Exchange : public ResponseReader::Events {
   bool reused = false;      // on a connection that was there before it (pooled, or pipelined)
   bool got_bytes = false;   // the upstream sent something for it (a retry could repeat work)
   bool never_sent = false;  // the connect failed: the request did not leave
+  // The upstream provably did not read the whole request: a write failed with EPIPE (its end
+  // was closed before the bytes went), or a read failed with ECONNRESET (a Unix socket closed
+  // with bytes still unread in it). After a plain EOF it may have read and acted on it.
+  bool unread = false;
   // Its request body is streamed after `request` (the head) and has not ended: the connection
   // is never reused (its upstream has an unfinished request) and nothing is pipelined behind it.
   bool body_open = false;
