@@ -275,30 +275,6 @@ struct Note {
   }
 };
 
-// The proxy in front checked the browser's Origin against the client's own scheme and Host before
-// it relayed the upgrade (src/workers/proxy_routes.cc); it reaches this worker with
-// "Host: localhost" and the client's Host in Corral-Host (a header it sets itself: one from the
-// client is dropped). So a same-origin page is "http://localhost" here only if the browser's Host
-// was localhost. This wrap lets the handshake see the client's Host again: when the Origin's
-// host[:port] is Corral-Host's, the request's own origin is the Origin (the front checked the
-// scheme), and any other Origin is still refused (403) by the handshake.
-std::optional<http::Response> client_origin(http::Request& req) {
-  auto host = req.header("corral-host");
-  auto origin = req.header("origin");
-  if (!host || !origin) return std::nullopt;
-  size_t sep = origin->find("://");
-  if (sep == std::string_view::npos) return std::nullopt;
-  std::string_view authority = origin->substr(sep + 3);
-  if (authority.size() != host->size()) return std::nullopt;
-  for (size_t i = 0; i < authority.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(authority[i])) !=
-        std::tolower(static_cast<unsigned char>((*host)[i])))
-      return std::nullopt;
-  req.host = *host;
-  req.scheme = origin->substr(0, sep);
-  return std::nullopt;
-}
-
 constexpr std::string_view kPage = R"(<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style nonce="{nonce}">body{{font:16px/1.5 system-ui,sans-serif;max-width:42rem;margin:3rem auto;padding:0 1rem}}textarea{{width:100%;min-height:14rem;font:inherit}}#status{{color:#666}}code{{background:#eee;padding:0 .2em}}</style>
@@ -456,7 +432,9 @@ int main() {
           return http::Response::text(std::to_string(rev) + "\n");
         });
 
-        site.wrap("GET /ws", {.before = client_origin, .after = nullptr});
+        // The front checked the browser's Origin before it relayed the upgrade; the handshake here
+        // checks it again against the client's own Host and scheme, which the worker library
+        // takes from the proxy's Corral-Host and Corral-Scheme (ServerOptions::behind_corral).
         ws::SocketRoute live;
         // An edit carries the whole text: as large as a POST /text body may be (the parser's 8 MiB
         // max_body), and room for a few whole states queued to a slow tab before it is dropped.

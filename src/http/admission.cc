@@ -648,6 +648,14 @@ Admission admit(Request& req, const core::SocketAddress& peer, const AdmissionPo
   return admit(req, Peer::from(peer), policy);
 }
 
+void take_corral_view(Request& req) {
+  if (auto host = req.header("corral-host"); host && valid_host(*host)) req.host = *host;
+  if (auto scheme = req.header("corral-scheme")) {
+    if (*scheme == "https") req.scheme = "https";
+    if (*scheme == "http") req.scheme = "http";
+  }
+}
+
 bool still_admitted(std::string_view admitted_host, const AdmissionPolicy& policy) {
   return admitted_host.empty() || policy.host_allowed(host_without_port(admitted_host));
 }

@@ -115,6 +115,12 @@ bool valid_host(std::string_view host);
 Admission admit(Request& req, const Peer& peer, const AdmissionPolicy& policy);
 Admission admit(Request& req, const core::SocketAddress& peer, const AdmissionPolicy& policy);
 
+// Behind corral's proxy (ServerOptions::behind_corral, a worker's socket): the client's Host and
+// scheme as the proxy passed them in Corral-Host and Corral-Scheme become req.host and
+// req.scheme. A field that is absent, or not a valid Host / not "http" or "https", changes
+// nothing.
+void take_corral_view(Request& req);
+
 // Whether a connection admitted for `admitted_host` (req.host, port included) may stay open under
 // a new policy. An empty host (HTTP/1.0 without Host) stays admitted.
 bool still_admitted(std::string_view admitted_host, const AdmissionPolicy& policy);

@@ -437,6 +437,31 @@ TEST(AdmissionHost, Helpers) {
     EXPECT_FALSE(normalize_allowed_host(bad).ok()) << bad;
 }
 
+TEST(CorralView, TheProxysHostAndSchemeBecomeTheRequests) {
+  Request req;
+  req.host = "localhost";
+  req.headers.add("Corral-Host", "notes.example:8443");
+  req.headers.add("Corral-Scheme", "https");
+  take_corral_view(req);
+  EXPECT_EQ(req.host, "notes.example:8443");
+  EXPECT_EQ(req.scheme, "https");
+}
+
+TEST(CorralView, AbsentOrInvalidFieldsChangeNothing) {
+  Request none;
+  none.host = "localhost";
+  take_corral_view(none);
+  EXPECT_EQ(none.host, "localhost");
+  EXPECT_EQ(none.scheme, "http");
+  Request bad;
+  bad.host = "localhost";
+  bad.headers.add("Corral-Host", "a b");  // not a Host
+  bad.headers.add("Corral-Scheme", "gopher");
+  take_corral_view(bad);
+  EXPECT_EQ(bad.host, "localhost");
+  EXPECT_EQ(bad.scheme, "http");
+}
+
 TEST(AdmissionPolicyChange, StillAdmitted) {
   AdmissionPolicy before;
   before.allowed_hosts = {"a.example", "b.example"};

@@ -286,6 +286,7 @@ void Connection::dispatch() {
                         a.dropped_headers);
   }
   if (!req_.host.empty() && admitted_host_ != req_.host) admitted_host_.assign(req_.host);
+  if (server_.options().behind_corral) take_corral_view(req_);
   if (!server_.site()) {
     phase_ = Phase::kWaitingSite;
     // The request's views point into in_ unless its body arrived in pieces (then into

@@ -49,6 +49,12 @@ struct ServerOptions {
   // Non-empty: an Alt-Svc header with this value on every response (advertises HTTP/3, e.g.
   // `h3=":8443"; ma=86400`).
   std::string alt_svc;
+  // The listener is a worker's socket, reached only through corral's proxy (the worker library
+  // sets this): a request's Corral-Host and Corral-Scheme, which only the proxy sets (a client's
+  // own Corral-* fields are dropped at the front), become its host and scheme after admission.
+  // What the worker builds from them, a WebSocket Origin check or a Location, is then the
+  // client's view, not the proxy's `Host: localhost`.
+  bool behind_corral = false;
 };
 
 struct ServerStats {

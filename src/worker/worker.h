@@ -130,6 +130,7 @@ struct WorkerOptions {
   static http::ServerOptions default_server_options() {
     http::ServerOptions o;
     o.access_log = false;
+    o.behind_corral = true;  // its socket is reached only through the proxy
     return o;
   }
 };
