@@ -84,9 +84,13 @@ std::string format_rollout(const nlohmann::json& report) {
   }
   std::string out = workers.empty() ? std::string() : table(rows);
   std::string previous = short_version(report.value("previous", nlohmann::json()));
-  std::string head = fmt::format("{}: {} (was {})", text(report, "kind"),
-                                 short_version(report.value("version", nlohmann::json())),
-                                 previous.empty() ? "none" : previous);
+  std::string version = short_version(report.value("version", nlohmann::json()));
+  // The version that was already current (a rollout to repair a dirty kind, or a repeated one)
+  // is said so, not "was" itself.
+  std::string head = fmt::format("{}: {} ({})", text(report, "kind"), version,
+                                 previous.empty()      ? "was none"
+                                 : previous == version ? "already current"
+                                                       : "was " + previous);
   size_t cleared =
       report.contains("cleared") && report["cleared"].is_array() ? report["cleared"].size() : 0;
   uint64_t took = report.value("took_ms", uint64_t{0});

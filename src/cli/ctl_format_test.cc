@@ -50,6 +50,19 @@ TEST(CtlFormat, ARolloutWithNoWorkerIsTheSummaryAlone) {
             "0 ms\n");
 }
 
+TEST(CtlFormat, ARolloutToTheCurrentVersionSaysSo) {
+  nlohmann::json report = {{"kind", "doc"},
+                           {"version", kV1},
+                           {"previous", kV1},
+                           {"workers", nlohmann::json::array()},
+                           {"cleared", nlohmann::json::array()},
+                           {"failed", 0},
+                           {"took_ms", 2}};
+  EXPECT_EQ(format_rollout(report),
+            "doc: aaaaaaaaaaaa (already current): no live worker was on another version; "
+            "0 cleared; 2 ms\n");
+}
+
 TEST(CtlFormat, KindsShowVersionFlagsAndKeptVersions) {
   nlohmann::json kinds = {
       {"doc",
