@@ -649,10 +649,14 @@ Admission admit(Request& req, const core::SocketAddress& peer, const AdmissionPo
 }
 
 void take_corral_view(Request& req) {
-  if (auto host = req.header("corral-host"); host && valid_host(*host)) req.host = *host;
-  if (auto scheme = req.header("corral-scheme")) {
-    if (*scheme == "https") req.scheme = "https";
-    if (*scheme == "http") req.scheme = "http";
+  // One pass, by length first: this runs for every request a worker serves.
+  for (const auto& h : req.headers) {
+    if (h.name.size() == 11 && iequals(h.name, "corral-host")) {
+      if (valid_host(h.value)) req.host = h.value;
+    } else if (h.name.size() == 13 && iequals(h.name, "corral-scheme")) {
+      if (h.value == "https") req.scheme = "https";
+      if (h.value == "http") req.scheme = "http";
+    }
   }
 }
 
