@@ -363,7 +363,7 @@ ProxiedExchange::~ProxiedExchange() {
 
 void ProxiedExchange::reset(bool fresh_connection) {
   timer_.cancel();
-  reused = got_bytes = unread = false;
+  reused = got_bytes = unread = wrote = false;
   if (fresh_connection) {
     pool_ = nullptr;  // a pooled connection the upstream had closed: a fresh one, not pooled
   } else {

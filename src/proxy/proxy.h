@@ -22,10 +22,10 @@
 // Errors: the upstream cannot be reached or closes before its head: 502; no head within
 // response_timeout: 504. Sent again before that, once: a GET, HEAD or OPTIONS, and any request
 // the upstream provably did not read (the connect failed, EPIPE on the write, ECONNRESET on the
-// read: Exchange::unread); never a request it may have acted on (docs/worker-protocol.md). The parts: pool.h (idle connections, the round's batch),
-// upstream_connection.h (a connection and its queue of exchanges), response_reader.h (the
-// sans-IO response reader), relay.h (upgraded connections); this file rewrites the request,
-// retries and answers.
+// read: Exchange::unread); never a request it may have acted on (docs/worker-protocol.md). The
+// parts: pool.h (idle connections, the round's batch), upstream_connection.h (a connection and its
+// queue of exchanges), response_reader.h (the sans-IO response reader), relay.h (upgraded
+// connections); this file rewrites the request, retries and answers.
 #pragma once
 
 #include <functional>

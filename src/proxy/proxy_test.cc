@@ -64,6 +64,20 @@ class ProxyClock : public ::testing::Test {
     ASSERT_EQ(::send(fd.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL),
               static_cast<ssize_t>(bytes.size()));
   }
+  // The upstream's end of a pooled connection, idle after one answered GET (the next request
+  // through the pool takes it).
+  core::UniqueFd pooled_upstream() {
+    Answer first;
+    start(first, "/1", {.pool = &pool_});
+    auto up = accept_upstream();
+    if (!up) return up;
+    received(up);
+    reply(up, "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n1");
+    settle();
+    EXPECT_EQ(first.body(), "1");
+    EXPECT_EQ(pool_.idle(), 1u);
+    return up;
+  }
   static size_t count(std::string_view in, std::string_view what) {
     size_t n = 0;
     for (size_t at = in.find(what); at != std::string_view::npos; at = in.find(what, at + 1)) ++n;
@@ -224,19 +238,13 @@ TEST_F(ProxyClock, ADeadPooledConnectionIsRetriedOnAFreshOne) {
 // answer: it may have acted on it (RFC 9112 §9.3.1), so the client gets 502 and the upstream
 // never sees the POST twice. A GET in the same place is sent again.
 TEST_F(ProxyClock, APostTheUpstreamReadIsNotSentAgainWhenItClosesWithoutAnswer) {
-  Answer first;
-  start(first, "/1", {.pool = &pool_});
-  auto up = accept_upstream();
+  auto up = pooled_upstream();
   ASSERT_TRUE(up);
-  received(up);
-  reply(up, "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n1");
-  settle();
-  ASSERT_EQ(pool_.idle(), 1u);
   Answer a;
   start(a, "/post", {.pool = &pool_}, http::Method::kPost);
   settle();
   EXPECT_EQ(received(up).rfind("POST /post HTTP/1.1\r\n", 0), 0u);  // read whole
-  up.reset();  // and closed, no answer
+  up.reset();                                                       // and closed, no answer
   settle();
   EXPECT_FALSE(accept_upstream());  // not sent again
   ASSERT_TRUE(a.got);
@@ -244,13 +252,8 @@ TEST_F(ProxyClock, APostTheUpstreamReadIsNotSentAgainWhenItClosesWithoutAnswer) 
 }
 
 TEST_F(ProxyClock, AGetTheUpstreamReadIsSentAgainWhenItClosesWithoutAnswer) {
-  Answer first;
-  start(first, "/1", {.pool = &pool_});
-  auto up = accept_upstream();
+  auto up = pooled_upstream();
   ASSERT_TRUE(up);
-  received(up);
-  reply(up, "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n1");
-  settle();
   Answer a;
   start(a, "/get", {.pool = &pool_});
   settle();
@@ -267,13 +270,8 @@ TEST_F(ProxyClock, AGetTheUpstreamReadIsSentAgainWhenItClosesWithoutAnswer) {
 // The upstream closed with the POST still unread in its socket (a Unix socket then gives
 // ECONNRESET, not EOF): it never read it, so it is sent again on a fresh connection.
 TEST_F(ProxyClock, APostTheUpstreamNeverReadIsSentAgain) {
-  Answer first;
-  start(first, "/1", {.pool = &pool_});
-  auto up = accept_upstream();
+  auto up = pooled_upstream();
   ASSERT_TRUE(up);
-  received(up);
-  reply(up, "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n1");
-  settle();
   Answer a;
   start(a, "/post", {.pool = &pool_}, http::Method::kPost);
   settle();

@@ -111,13 +111,17 @@ void UpstreamConnection::send() {
   while (out_sent_ < out_.size()) {
     ssize_t n = ::send(fd_.get(), out_.data() + out_sent_, out_.size() - out_sent_, MSG_NOSIGNAL);
     if (n > 0) {
+      queue_.front()->wrote = true;
       out_sent_ += static_cast<size_t>(n);
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
     // A Unix connect that never completed: the request did not leave.
     if (n < 0 && errno == ENOTCONN) queue_.front()->never_sent = true;
-    if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) queue_.front()->unread = true;
+    // Closed before a byte of it went (EPIPE on its first write): it never left. (A POST is
+    // alone on its connection; after a partial write the upstream may have read a part.)
+    if (n < 0 && (errno == EPIPE || errno == ECONNRESET) && !queue_.front()->wrote)
+      queue_.front()->unread = true;
     return close(front_failure("upstream write failed"));
   }
   bool done = out_sent_ == out_.size();
@@ -163,8 +167,8 @@ void UpstreamConnection::read() {
   if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
   if (n < 0 && errno == ECONNRESET) queue_.front()->unread = true;  // closed with ours unread
   // Closed before a byte of the request went (the close was seen in the round the request was
-  // queued, before the round's flush): it never left. Alone in the queue, its bytes are out_.
-  if (queue_.size() == 1 && out_sent_ == 0 && !out_.empty()) queue_.front()->unread = true;
+  // queued, before the round's flush): it never left.
+  if (queue_.size() == 1 && !queue_.front()->wrote) queue_.front()->unread = true;
   // EOF: a close-delimited body ends here; before the head it is a failure.
   if (!reader_.head_seen()) return close(front_failure("upstream closed before its response"));
   bool ok = reader_.finish() == ResponseReader::State::kComplete;

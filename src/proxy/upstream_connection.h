@@ -70,6 +70,7 @@ class Exchange : public ResponseReader::Events {
   // was closed before the bytes went), or a read failed with ECONNRESET (a Unix socket closed
   // with bytes still unread in it). After a plain EOF it may have read and acted on it.
   bool unread = false;
+  bool wrote = false;  // a byte went out on its connection while it was first in the queue
   // Its request body is streamed after `request` (the head) and has not ended: the connection
   // is never reused (its upstream has an unfinished request) and nothing is pipelined behind it.
   bool body_open = false;
