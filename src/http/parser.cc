@@ -2,6 +2,7 @@
 
 #include "http/text.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace corral::http {
@@ -16,11 +17,49 @@ bool is_transfer_encoding(std::string_view name) {
   return name.size() == 17 && iequals(name, "transfer-encoding");
 }
 
+// Runs of head bytes with nothing to check are skipped before the byte-by-byte rules below see
+// them: in the request line, any byte above SP but DEL; in a field value, any byte from SP up
+// but DEL (obs-text, 0x80-0xff, passes both, as RFC 9110 §5.5 lets it); in a field name, tchars.
+// The first two go eight bytes at a time, with the word tests of "a byte below `floor`" and "a
+// byte equal to 0x7f" (each exact as a yes/no answer for the word), then a byte at a time from
+// the word that has one. Each returns the first index in [i, end) it does not skip, `end` if
+// none, or `i` if it is already at or past `end`.
+template <unsigned char floor>
+size_t skip_above(const char* p, size_t i, size_t end) {
+  constexpr uint64_t kOnes = 0x0101010101010101, kHigh = 0x8080808080808080;
+  while (i + 8 <= end) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    const uint64_t del = w ^ (kOnes * 0x7f);
+    if ((((w - kOnes * floor) & ~w) | ((del - kOnes) & ~del)) & kHigh) break;
+    i += 8;
+  }
+  while (i < end && static_cast<unsigned char>(p[i]) >= floor && p[i] != 0x7f) ++i;
+  return i;
+}
+
+size_t skip_tchars(const char* p, size_t i, size_t end) {
+  while (i < end && is_tchar(p[i])) ++i;
+  return i;
+}
+
 }  // namespace
 
 HeadScanner::Outcome HeadScanner::scan(std::string_view data, const ParserLimits& limits) {
   const size_t n = data.size();
+  const size_t limit = n < limits.max_head_bytes ? n : limits.max_head_bytes;
   for (size_t i = pos_; i < n; ++i) {
+    // Never past the head limit, nor, in the request line, past its own (the checks below then
+    // see the byte that is over).
+    if (request_line_) {
+      // The request line is the first: it starts at 0.
+      i = skip_above<0x21>(data.data(), i, std::min(limit, limits.max_request_line));
+    } else if (colon_ != 0) {
+      i = skip_above<0x20>(data.data(), i, limit);
+    } else {
+      i = skip_tchars(data.data(), i, limit);
+    }
+    if (i == n) break;
     // head_len <= max_head_bytes exactly, whatever the segmentation.
     if (i >= limits.max_head_bytes) return fail(431, "request head too large");
     const unsigned char c = static_cast<unsigned char>(data[i]);

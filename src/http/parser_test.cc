@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <string>
 #include <utility>
@@ -12,6 +13,7 @@
 
 #include "core/socket.h"
 #include "http/admission.h"
+#include "http/text.h"
 
 namespace corral::http {
 namespace {
@@ -180,6 +182,107 @@ TEST(ParserHeadScanner, RefusalsCarryStatusAndReason) {
     EXPECT_EQ(o.state, HeadScanner::State::kError) << c.in;
     EXPECT_EQ(o.status, c.status) << c.in;
     EXPECT_FALSE(o.reason.empty()) << c.in;
+  }
+}
+
+// Runs of plain bytes are skipped a word or a table lookup at a time: every byte value, at every
+// place in a word and at every alignment, in the request target, a field name and a field value,
+// gets the answer the rule gives, whether the head comes whole (the word path) or a byte at a time
+// (the byte path).
+TEST(ParserHeadScanner, EveryByteIsJudgedWhereverItFalls) {
+  enum class Where { kTarget, kName, kValue };
+  for (Where where : {Where::kTarget, Where::kName, Where::kValue}) {
+    for (size_t shift = 1; shift <= 8; ++shift) {
+      for (size_t at = 0; at < 19; ++at) {
+        for (int b = 0; b < 256; ++b) {
+          std::string run(19, 'v');
+          run[at] = static_cast<char>(b);
+          const std::string pad(shift, 'p');
+          std::string in;
+          bool ok = false;
+          switch (where) {
+            case Where::kTarget:  // any byte above SP but DEL (llhttp judges the rest later)
+              in = "GET /" + pad + run + " HTTP/1.1\r\nHost: h\r\n\r\n";
+              ok = b > 0x20 && b != 0x7f;
+              break;
+            case Where::kName:  // tchars; a colon ends the name (then the rest is the value)
+              in = "GET / HTTP/1.1\r\n" + run + ": " + pad + "\r\n\r\n";
+              ok = is_tchar(static_cast<char>(b)) || (b == ':' && at > 0);
+              break;
+            case Where::kValue:  // a tab or any byte but the controls and DEL (obs-text too)
+              in = "GET / HTTP/1.1\r\n" + pad + ": " + run + "\r\n\r\n";
+              ok = b == '\t' || (b >= 0x20 && b != 0x7f);
+              break;
+          }
+          const auto what = [&] {
+            return "byte " + std::to_string(b) + " at " + std::to_string(at) + " shift " +
+                   std::to_string(shift) + " in " + std::to_string(static_cast<int>(where));
+          };
+          HeadScanner whole;
+          auto o = whole.scan(in, {});
+          ASSERT_EQ(o.state, ok ? HeadScanner::State::kComplete : HeadScanner::State::kError)
+              << what();
+          if (ok) {
+            EXPECT_EQ(o.head_len, in.size()) << what();
+          } else {
+            EXPECT_EQ(o.status, 400) << what();
+          }
+          HeadScanner bytewise;
+          HeadScanner::Outcome last;
+          for (size_t n = 1; n <= in.size() && last.state == HeadScanner::State::kNeedMore; ++n)
+            last = bytewise.scan(std::string_view(in).substr(0, n), {});
+          EXPECT_EQ(last.state, o.state) << what();
+          EXPECT_EQ(last.reason, o.reason) << what();
+        }
+      }
+    }
+  }
+}
+
+// The request-line limit holds inside a long target too: a line of exactly max_request_line
+// passes, one byte more is 414, whole or in pieces, and before the line ends.
+TEST(ParserHeadScanner, RequestLineLimitHoldsInsideALongTarget) {
+  ParserLimits limits{.max_request_line = 40};
+  const auto line = [](size_t len) {
+    return "GET /" + std::string(len - 14, 'x') + " HTTP/1.1";  // 14: "GET /", " HTTP/1.1"
+  };
+  const std::string exact = line(40) + "\r\n\r\n", over = line(41) + "\r\n\r\n";
+  HeadScanner s;
+  EXPECT_EQ(s.scan(exact, limits).state, HeadScanner::State::kComplete);
+  for (size_t piece : {size_t{1}, size_t{7}, over.size()}) {
+    HeadScanner t;
+    HeadScanner::Outcome o;
+    for (size_t n = piece; o.state == HeadScanner::State::kNeedMore && n < over.size() + piece;
+         n += piece)
+      o = t.scan(std::string_view(over).substr(0, std::min(n, over.size())), limits);
+    EXPECT_EQ(o.state, HeadScanner::State::kError) << piece;
+    EXPECT_EQ(o.status, 414) << piece;
+  }
+  // A target longer than the limit is refused as soon as the limit is passed, not at its end.
+  HeadScanner u;
+  auto o = u.scan("GET /" + std::string(100, 'x'), limits);
+  EXPECT_EQ(o.state, HeadScanner::State::kError);
+  EXPECT_EQ(o.status, 414);
+}
+
+// The limit holds inside a long value too: a head of exactly max_head_bytes passes, one byte more
+// is 431 whether it comes whole or in pieces.
+TEST(ParserHeadScanner, HeadLimitHoldsInsideALongValue) {
+  ParserLimits limits{.max_head_bytes = 100};
+  const std::string start = "GET / HTTP/1.1\r\nA: ";
+  const std::string exact = start + std::string(100 - start.size() - 4, 'x') + "\r\n\r\n";
+  ASSERT_EQ(exact.size(), 100u);
+  HeadScanner s;
+  EXPECT_EQ(s.scan(exact, limits).state, HeadScanner::State::kComplete);
+  const std::string over = start + std::string(100 - start.size() - 3, 'x') + "\r\n\r\n";
+  for (size_t piece : {size_t{1}, size_t{7}, over.size()}) {
+    HeadScanner t;
+    HeadScanner::Outcome o;
+    for (size_t n = piece; o.state == HeadScanner::State::kNeedMore && n < over.size() + piece;
+         n += piece)
+      o = t.scan(std::string_view(over).substr(0, std::min(n, over.size())), limits);
+    EXPECT_EQ(o.state, HeadScanner::State::kError) << piece;
+    EXPECT_EQ(o.status, 431) << piece;
   }
 }
 
