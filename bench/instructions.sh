@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/instructions.sh: corral's user-space instructions per request, counted, not timed.
 #
-#   bench/instructions.sh [--cases a,c] [--duration S] [--runs N] [--baseline PATH]
+#   bench/instructions.sh [--cases a,c,w] [--duration S] [--runs N] [--baseline PATH]
 #
 # For comparing two builds on a busy machine, where req/s and CPU time move with whatever else
 # runs: the count does not (the same binary varies by ~0.3% from run to run). Each run starts
@@ -14,13 +14,19 @@
 # ~50x slower; the batching (requests per read) is what wrk gives it then, the same for both.
 # Callgrind counts each iteration of a `rep` string instruction: a PMU counts one.
 # Why not `perf stat -e instructions`: this VM has no PMU (perf: "<not supported>").
-# --baseline PATH also measures a second corral binary the same way, alternating with corral.
+# Case (w) counts a C++ worker instead: `corral serve` (not under callgrind) with one worker kind
+# whose command runs examples/worker_cpp's example_worker under callgrind, wrk -c8 on GET
+# /counter/x/ (one warm worker, every request proxied to it), and the worker's instructions
+# divided by its own Connection::dispatch() calls: the worker's share of a proxied request.
+# --baseline PATH also measures a second corral binary the same way, alternating with corral
+# (for (w) with the example_worker next to it, else corral's).
 #
-# Environment: CORRAL_BIN (use this binary, do not build). Needs: valgrind, wrk, curl, python3.
+# Environment: CORRAL_BIN (use this binary, do not build), WORKER_BIN (the example_worker for
+# case w; default: next to corral). Needs: valgrind, wrk, curl, python3.
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-help_lines=2,19
+help_lines=2,25
 
 cases="c" duration=5 runs=3 baseline=""
 parse_flags "--cases cases --duration duration --runs runs --baseline baseline" "$@"
@@ -54,7 +60,56 @@ print(total, calls)
 EOF
 }
 
+# The example_worker built with corral $1 (examples/worker_cpp under its build directory).
+worker_of() {  # $1 corral binary
+  if [[ "$1" == "$corral" && -n "${WORKER_BIN:-}" ]]; then
+    realpath "$WORKER_BIN"
+  elif [[ -x "$(dirname "$1")/examples/worker_cpp/example_worker" ]]; then
+    realpath "$(dirname "$1")/examples/worker_cpp/example_worker"
+  else
+    realpath "${WORKER_BIN:-$(dirname "$corral")/examples/worker_cpp/example_worker}"
+  fi
+}
+
+measure_worker() {  # $1 binary  $2 label
+  local port worker out pid ir n
+  port=$(free_port)
+  worker=$(worker_of "$1")
+  [[ -x "$worker" ]] || { echo "$self: no example_worker at $worker" >&2; exit 2; }
+  out="$tmp/cg.$2.w"
+  rm -rf "$tmp/state"
+  cat >"$tmp/workers.toml" <<EOF
+listen = "127.0.0.1:$port"
+access_log = false
+log_level = "warn"
+state_dir = "$tmp/state"
+
+[workers.counter]
+command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=$out.%p", "$worker"]
+routes = ["/counter/{id}/*"]
+idle = "1h"
+EOF
+  "$1" serve --config "$tmp/workers.toml" >"$tmp/server.out" 2>&1 &
+  server_pid=$!
+  # The first request starts the worker under callgrind (slow): each try waits up to 20 s.
+  poll_while_alive "$server_pid" curl -fsS -m 20 -o /dev/null "http://127.0.0.1:$port/counter/x/" ||
+    { echo "$self: $2 did not answer /counter/x/; its output:" >&2; cat "$tmp/server.out" >&2; exit 1; }
+  pid=$(pgrep -f -- "--callgrind-out-file=$out" | head -1)
+  [[ -n "$pid" ]] || { echo "$self: no worker under callgrind for $2" >&2; exit 1; }
+  local wrk_cmd=(wrk -t1 -c8 "http://127.0.0.1:$port/counter/x/")
+  "${wrk_cmd[@]}" -d2s >/dev/null
+  callgrind_control -z "$pid" >/dev/null 2>&1
+  "${wrk_cmd[@]}" "-d${duration}s" >/dev/null
+  callgrind_control -d "$pid" >/dev/null 2>&1
+  stop_server
+  read -r ir n < <(count "$out.$pid.1" "corral::http::Connection::dispatch()")
+  [[ "$n" -gt 0 ]] || { echo "$self: no request counted for $2" >&2; exit 1; }
+  awk -v ir="$ir" -v n="$n" -v l="$2" \
+    'BEGIN { printf "case w %-8s %12d instructions %8d requests %8.1f per request (the worker)\n", l, ir, n, ir / n }'
+}
+
 measure() {  # $1 case  $2 binary  $3 label
+  [[ "$1" == w ]] && { measure_worker "$2" "$3"; return; }
   local port extra=() out pid n
   port=$(free_port)
   [[ "$1" == c ]] && extra=(-s "$root/bench/pipeline.lua")
