@@ -185,6 +185,16 @@ TEST(ParserHeadScanner, RefusalsCarryStatusAndReason) {
   }
 }
 
+// `in` scanned as it would arrive, `piece` more bytes each time, until the scanner decides.
+HeadScanner::Outcome scan_in_pieces(std::string_view in, size_t piece, const ParserLimits& limits) {
+  HeadScanner s;
+  HeadScanner::Outcome o;
+  for (size_t n = piece; o.state == HeadScanner::State::kNeedMore && n < in.size() + piece;
+       n += piece)
+    o = s.scan(in.substr(0, std::min(n, in.size())), limits);
+  return o;
+}
+
 // Runs of plain bytes are skipped a word or a table lookup at a time: every byte value, at every
 // place in a word and at every alignment, in the request target, a field name and a field value,
 // gets the answer the rule gives, whether the head comes whole (the word path) or a byte at a time
@@ -227,10 +237,7 @@ TEST(ParserHeadScanner, EveryByteIsJudgedWhereverItFalls) {
           } else {
             EXPECT_EQ(o.status, 400) << what();
           }
-          HeadScanner bytewise;
-          HeadScanner::Outcome last;
-          for (size_t n = 1; n <= in.size() && last.state == HeadScanner::State::kNeedMore; ++n)
-            last = bytewise.scan(std::string_view(in).substr(0, n), {});
+          auto last = scan_in_pieces(in, 1, {});
           EXPECT_EQ(last.state, o.state) << what();
           EXPECT_EQ(last.reason, o.reason) << what();
         }
@@ -250,11 +257,7 @@ TEST(ParserHeadScanner, RequestLineLimitHoldsInsideALongTarget) {
   HeadScanner s;
   EXPECT_EQ(s.scan(exact, limits).state, HeadScanner::State::kComplete);
   for (size_t piece : {size_t{1}, size_t{7}, over.size()}) {
-    HeadScanner t;
-    HeadScanner::Outcome o;
-    for (size_t n = piece; o.state == HeadScanner::State::kNeedMore && n < over.size() + piece;
-         n += piece)
-      o = t.scan(std::string_view(over).substr(0, std::min(n, over.size())), limits);
+    auto o = scan_in_pieces(over, piece, limits);
     EXPECT_EQ(o.state, HeadScanner::State::kError) << piece;
     EXPECT_EQ(o.status, 414) << piece;
   }
@@ -276,11 +279,7 @@ TEST(ParserHeadScanner, HeadLimitHoldsInsideALongValue) {
   EXPECT_EQ(s.scan(exact, limits).state, HeadScanner::State::kComplete);
   const std::string over = start + std::string(100 - start.size() - 3, 'x') + "\r\n\r\n";
   for (size_t piece : {size_t{1}, size_t{7}, over.size()}) {
-    HeadScanner t;
-    HeadScanner::Outcome o;
-    for (size_t n = piece; o.state == HeadScanner::State::kNeedMore && n < over.size() + piece;
-         n += piece)
-      o = t.scan(std::string_view(over).substr(0, std::min(n, over.size())), limits);
+    auto o = scan_in_pieces(over, piece, limits);
     EXPECT_EQ(o.state, HeadScanner::State::kError) << piece;
     EXPECT_EQ(o.status, 431) << piece;
   }
