@@ -101,6 +101,7 @@
 #include "core/event_loop.h"
 #include "core/log.h"
 #include "core/result.h"
+#include "http/request.h"
 #include "workers/code_set.h"
 #include "workers/kind_log.h"
 #include "workers/launcher.h"
@@ -237,6 +238,14 @@ std::string encode_address(std::string_view address);
 // The name of the address's lock in <state>/locks (core::bounded_file_name, ".lock"), at most
 // 205 bytes; a socket in <state>/sockets has the same bounded name, cut to fit sun_path.
 std::string lock_file_name(std::string_view address);
+
+// The address of a request that a kind's route matched: "<kind>:<param>[:<param>...]", the
+// route's {param}s in the pattern's order. nullopt when the route has more than one {param} and
+// a value holds ':' (the key would be ambiguous: for "/pair/{a}/{b}", a = "x:y", b = "z" and
+// a = "x", b = "y:z" would be one address, one worker). One {param}'s value may hold any byte the
+// router lets through, ':' included.
+std::optional<std::string> address_of(std::string_view kind,
+                                      const std::vector<http::Param>& params);
 
 class Manager {
  public:

@@ -19,8 +19,6 @@ using namespace detail;
 
 namespace {
 
-constexpr size_t kMaxKey = 256;
-
 core::Result<void> make_dir(const std::string& path, mode_t mode) {
   if (::mkdir(path.c_str(), mode) < 0 && errno != EEXIST) return core::errno_error(path.c_str());
   struct stat st;
@@ -70,6 +68,16 @@ core::Result<http::Router> kinds_router(const std::vector<KindConfig>& kinds) {
 }
 
 }  // namespace
+
+std::optional<std::string> address_of(std::string_view kind,
+                                      const std::vector<http::Param>& params) {
+  std::string address(kind);
+  for (const auto& p : params) {
+    if (params.size() > 1 && p.value.find(':') != std::string::npos) return std::nullopt;
+    address.append(":").append(p.value);
+  }
+  return address;
+}
 
 std::string encode_address(std::string_view address) {
   return http::percent_encode_name(address);
@@ -162,14 +170,7 @@ std::optional<std::string> Manager::address_for(std::string_view path) const {
   http::Request req;
   auto match = router_->match(http::Method::kGet, "GET", path, req);
   if (match.kind != http::Router::MatchKind::kFound) return std::nullopt;
-  std::string address = kinds_[match.id]->config.name;
-  size_t key = 0;
-  for (const auto& p : req.params) {
-    address.append(":").append(p.value);
-    key += p.value.size() + 1;
-  }
-  if (key > kMaxKey + 1) return std::nullopt;  // the key: the params and the ':'s between
-  return address;
+  return address_of(kinds_[match.id]->config.name, req.params);
 }
 
 }  // namespace corral::workers

@@ -50,8 +50,14 @@ void add_proxy_routes(http::SiteBuilder& site, const std::vector<KindConfig>& ki
           pattern,
           [slot, name = kind.name, authorize = kind.authorize,
            timeout_ms = kind.response_timeout_ms, &log](http::Request& req) -> http::Response {
-            std::string address = name;
-            for (const auto& p : req.params) address.append(":").append(p.value);
+            auto key = address_of(name, req.params);
+            if (!key)
+              return error_response(
+                  400, {{"message",
+                         "This path names no worker: one of the parts that make its address "
+                         "holds ':'."},
+                        {"code", "bad_address"}});
+            std::string address = std::move(*key);
             // Before the resolve message: a refused request starts nothing (the principal is known
             // here, after the site's authenticators; the supervisor never sees it).
             if (!authorize_request(authorize, name, req, address, log))

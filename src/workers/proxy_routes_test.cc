@@ -31,12 +31,13 @@ class ProxyRoutes : public ::testing::Test {
     services_ = std::make_unique<ProcessServices>(loop_, core::UniqueFd(sv[0]), slot_, false);
   }
 
-  // Serves one kind "doc" on /doc/{id}/* with `hook`; X-User names the principal.
+  // Serves one kind "doc" on /doc/{id}/* and /pair/{a}/{b}/* with `hook`; X-User names the
+  // principal.
   void serve(KindConfig::Authorize hook) {
     KindConfig kind;
     kind.name = "doc";
     kind.command = {"/bin/true"};
-    kind.routes = {"/doc/{id}/*"};
+    kind.routes = {"/doc/{id}/*", "/pair/{a}/{b}/*"};
     kind.authorize = std::move(hook);
     http::SiteBuilder site;
     site.authenticate([](const http::Request& req) -> std::optional<http::Principal> {
@@ -52,8 +53,8 @@ class ProxyRoutes : public ::testing::Test {
     server_->publish(site.build().value());
   }
 
-  int send_request(std::string_view headers) {
-    std::string request = "GET /doc/42/edit HTTP/1.1\r\nHost: localhost\r\n";
+  int send_request(std::string_view headers, std::string_view path = "/doc/42/edit") {
+    std::string request = "GET " + std::string(path) + " HTTP/1.1\r\nHost: localhost\r\n";
     request.append(headers).append("\r\n");
     int fd = testing::connect_loopback(port_);
     EXPECT_EQ(::send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
@@ -165,6 +166,29 @@ TEST_F(ProxyRoutes, AThrowingHookIs403AndALoggedFailureWithoutItsText) {
   EXPECT_EQ(log.find("secret"), std::string::npos) << log;
   EXPECT_EQ(supervisor_reads(0), "");  // the 403 is read: a resolve would be queued by now
   EXPECT_EQ(services_->resolver().sent(), 0u);
+}
+
+// With two {param}s a ':' in one would make two paths one address ("pair:x:y:z" for x:y + z and
+// x + y:z): 400 before the hook or the supervisor hears of it. With one it is part of the key.
+TEST_F(ProxyRoutes, AColonInOneOfSeveralParamsIs400AndNothingIsResolved) {
+  int hooked = 0;
+  serve([&](const std::optional<std::string>&, std::string_view) {
+    ++hooked;
+    return true;
+  });
+  for (const char* path : {"/pair/x:y/z/", "/pair/x/y%3Az/"}) {
+    int fd = send_request("", path);
+    std::string got = testing::read_until(loop_, fd, "\"bad_address\"");
+    ::close(fd);
+    EXPECT_NE(got.find("HTTP/1.1 400"), std::string::npos) << path << got;
+  }
+  EXPECT_EQ(hooked, 0);
+  EXPECT_EQ(supervisor_reads(0), "");
+  EXPECT_EQ(services_->resolver().sent(), 0u);
+  int fd = send_request("", "/doc/x:y/edit");
+  std::string message = supervisor_reads(5000);
+  EXPECT_NE(message.find("\"address\":\"doc:x:y\""), std::string::npos) << message;
+  ::close(fd);
 }
 
 TEST_F(ProxyRoutes, WithoutAHookEveryoneIsResolved) {

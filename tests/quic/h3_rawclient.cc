@@ -2,10 +2,13 @@
 // send what gtlsclient never sends. After the handshake it opens its control stream (SETTINGS),
 // then request stream 0 closed at once with no HEADERS (RFC 9114 §4.1: a stream error,
 // H3_REQUEST_INCOMPLETE), then request stream 4 with `GET /whoami` (QPACK static table and
-// literals only). It prints what the server does with each stream:
+// literals only), then request stream 8 with `POST /upload` declaring `content-length:
+// 1000000000` and never sending a byte of that body nor a FIN (a limit must answer from the
+// head alone). It prints what the server does with each stream:
 //   "stream <id> reset 0x<code>", "stream <id> stop_sending 0x<code>", "stream <id> body <text>",
-//   "connection closed 0x<code>" (and exits 1), then exits 0 once stream 0 was reset and stream 4
-//   answered, 2 after 10 s. It does not verify the certificate (a test tool).
+//   "stream <id> closed [0x<code>]", "connection closed 0x<code>" (and exits 1), then exits 0
+//   once stream 0 was reset, streams 4 and 8 answered and stream 8 closed, 2 after 10 s. It does
+//   not verify the certificate (a test tool).
 // Usage: h3_rawclient HOST PORT
 #include <arpa/inet.h>
 #include <gnutls/crypto.h>
@@ -58,6 +61,8 @@ struct Client {
   std::map<int64_t, std::string> in;
   bool reset0 = false;
   bool answered4 = false;
+  bool answered8 = false;
+  bool closed8 = false;  // both ways: our side ends only when the server stops our sending
 };
 
 void rand_cb(uint8_t* dest, size_t len, const ngtcp2_rand_ctx*) {
@@ -86,6 +91,19 @@ int stream_reset_cb(ngtcp2_conn*, int64_t sid, uint64_t, uint64_t code, void* ud
 int stop_sending_cb(ngtcp2_conn*, int64_t sid, uint64_t code, void*, void*) {
   std::printf("stream %lld stop_sending 0x%llx\n", static_cast<long long>(sid),
               static_cast<unsigned long long>(code));
+  return 0;
+}
+
+// A stream closed both ways. Stream 8's sending side never ends by itself (no FIN): it closes
+// when the server's STOP_SENDING makes ngtcp2 reset it, with the code the server gave.
+int stream_close_cb(ngtcp2_conn*, uint32_t flags, int64_t sid, uint64_t code, void* ud, void*) {
+  if (flags & NGTCP2_STREAM_CLOSE_FLAG_APP_ERROR_CODE_SET) {
+    std::printf("stream %lld closed 0x%llx\n", static_cast<long long>(sid),
+                static_cast<unsigned long long>(code));
+  } else {
+    std::printf("stream %lld closed\n", static_cast<long long>(sid));
+  }
+  if (sid == 8) static_cast<Client*>(ud)->closed8 = true;
   return 0;
 }
 
@@ -123,6 +141,7 @@ int recv_stream_data_cb(ngtcp2_conn* conn, uint32_t flags, int64_t sid, uint64_t
     while (!body.empty() && body.back() == '\n') body.pop_back();
     std::printf("stream %lld body %s\n", static_cast<long long>(sid), body.c_str());
     if (sid == 4) c->answered4 = true;
+    if (sid == 8) c->answered8 = true;
   }
   return 0;
 }
@@ -131,18 +150,26 @@ ngtcp2_conn* get_conn(ngtcp2_crypto_conn_ref* ref) {
   return static_cast<Client*>(ref->user_data)->conn;
 }
 
-std::string headers_frame(const std::string& authority, const std::string& path) {
+// A HEADERS frame: `method` is a QPACK static index (17 GET, 20 POST); a non-empty
+// `content_length` adds that field.
+std::string headers_frame(const std::string& authority, const std::string& path, int method = 17,
+                          const std::string& content_length = "") {
   std::string f;
-  f += '\0';                          // Required Insert Count 0
-  f += '\0';                          // Base 0
-  f += static_cast<char>(0xC0 | 17);  // :method GET (static 17)
-  f += static_cast<char>(0xC0 | 23);  // :scheme https (static 23)
-  f += static_cast<char>(0x50 | 0);   // :authority, literal value (static name 0)
+  f += '\0';                              // Required Insert Count 0
+  f += '\0';                              // Base 0
+  f += static_cast<char>(0xC0 | method);  // :method (static)
+  f += static_cast<char>(0xC0 | 23);      // :scheme https (static 23)
+  f += static_cast<char>(0x50 | 0);       // :authority, literal value (static name 0)
   f += static_cast<char>(authority.size());
   f += authority;
   f += static_cast<char>(0x50 | 1);  // :path, literal value (static name 1)
   f += static_cast<char>(path.size());
   f += path;
+  if (!content_length.empty()) {
+    f += static_cast<char>(0x50 | 4);  // content-length, literal value (static name 4)
+    f += static_cast<char>(content_length.size());
+    f += content_length;
+  }
   std::string frame;
   frame += '\x01';  // HEADERS
   frame += static_cast<char>(f.size());
@@ -225,6 +252,7 @@ int main(int argc, char** argv) {
   cb.handshake_completed = handshake_completed_cb;
   cb.stream_reset = stream_reset_cb;
   cb.stream_stop_sending = stop_sending_cb;
+  cb.stream_close = stream_close_cb;
   cb.recv_stream_data = recv_stream_data_cb;
 
   ngtcp2_cid dcid, scid;
@@ -271,10 +299,11 @@ int main(int argc, char** argv) {
   while (rc == 2 && now_ns() < deadline) {
     if (c.handshake_done && !c.streams_opened) {
       c.streams_opened = true;
-      int64_t ctrl = -1, s0 = -1, s4 = -1;
+      int64_t ctrl = -1, s0 = -1, s4 = -1, s8 = -1;
       if (ngtcp2_conn_open_uni_stream(c.conn, &ctrl, nullptr) != 0 ||
           ngtcp2_conn_open_bidi_stream(c.conn, &s0, nullptr) != 0 ||
-          ngtcp2_conn_open_bidi_stream(c.conn, &s4, nullptr) != 0) {
+          ngtcp2_conn_open_bidi_stream(c.conn, &s4, nullptr) != 0 ||
+          ngtcp2_conn_open_bidi_stream(c.conn, &s8, nullptr) != 0) {
         std::printf("cannot open streams\n");
         rc = 1;
         break;
@@ -283,12 +312,13 @@ int main(int argc, char** argv) {
       c.out[s0].fin = true;                               // no HEADERS, FIN at once
       c.out[s4].data = headers_frame(authority, "/whoami");
       c.out[s4].fin = true;
+      c.out[s8].data = headers_frame(authority, "/upload", 20, "1000000000");  // no body, no FIN
     }
     if (!send_packets(c)) {
       rc = 1;
       break;
     }
-    if (c.reset0 && c.answered4) {
+    if (c.reset0 && c.answered4 && c.answered8 && c.closed8) {
       rc = 0;
       break;
     }

@@ -273,6 +273,8 @@ def test_spoofed_initial_flood_keeps_memory_bounded_and_serves(start_site, tmp_p
 
 
 def test_request_stream_closed_before_headers_is_a_stream_error(start_site, tmp_path):
+    """A request stream closed before its HEADERS is a stream error; one whose declared body is
+    over the limit is 413 at once; the connection serves on."""
     if not os.path.exists(RAWCLIENT):
         pytest.skip("h3_rawclient not built")
     site = start_site()
@@ -283,6 +285,14 @@ def test_request_stream_closed_before_headers_is_a_stream_error(start_site, tmp_
     # the same connection is answered.
     assert "stream 0 reset 0x10d" in out, out
     assert f"stream 4 body pid={site.proc.pid} slot=0" in out, out
+    # A declared body over max_body is 413 from the head alone (the client sends none, and never
+    # ends the stream), and the server stops reading it: its STOP_SENDING (H3_NO_ERROR, 0x100)
+    # ends our sending side, so the stream closes with that code.
+    assert "stream 8 body Content Too Large" in out, out
+    assert "stream 8 closed 0x100" in out, out
     assert "connection closed" not in out, out
     assert r.returncode == 0, out
     assert stats(site, tmp_path)["requests_incomplete"] == 1
+    site.stop()
+    assert any("request_refused" in line and "status=413" in line and "body too large" in line
+               for line in site.log().splitlines()), site.log()

@@ -210,8 +210,8 @@ def main():
     if data.get("ping"):
         ready["ping"] = True
     ready.update(data.get("counts") or {})
+    event("ready")  # before the send, as "started": what the manager does on it comes after
     send(ready)
-    event("ready")
     ready_sent.set()
     if mode == "close_link":
         time.sleep(0.02)
