@@ -11,6 +11,7 @@ What is checked, on the real binary:
   * a counter worker (the C++ example) echoes the address it was given (decoded from `start`,
     re-encoded): byte-exact for invalid UTF-8, controls, '%', spaces, and `corral ctl stop` takes
     the wire form back;
+  * with two {param}s a ':' in one is 400 bad_address (it would make two paths one address);
   * log injection: `/counter/a%0d%0aX:y/` leaves no line starting with "X:y" in the supervisor's
     log nor in the kind's log; the value is there escaped (`\\x0d\\x0a`, `%0D%0A`);
   * long keys: 300 bytes and 250 bytes of %FF are served (no `lock_failed`), with bounded lock and
@@ -102,15 +103,15 @@ class Corral:
             assert bad not in log, log[-3000:]
 
 
-def start_counter(server_factory, tmp_path, extra=""):
-    """corral with the C++ example worker as kind `counter` on /counter/{id}/* (`extra`: more
-    lines of its [workers.counter] table); skips when the worker is not built."""
+def start_counter(server_factory, tmp_path, extra="", routes=("/counter/{id}/*",)):
+    """corral with the C++ example worker as kind `counter` on `routes` (`extra`: more lines of
+    its [workers.counter] table); skips when the worker is not built."""
     if not os.access(CPP_WORKER, os.X_OK):
         pytest.skip(f"{CPP_WORKER} is not built")
     state = tmp_path / "state"
     config = ("[workers.counter]\n"
               f"command = [{json.dumps(CPP_WORKER)}]\n"
-              'routes = ["/counter/{id}/*"]\n' + extra)
+              f"routes = {json.dumps(list(routes))}\n" + extra)
     srv = server_factory("--state-dir", str(state), binary=CORRAL_BIN, config=config)
     return Corral(srv, str(state))
 
@@ -159,6 +160,25 @@ def test_address_bytes_reach_the_worker_losslessly(counter):
     # A malformed wire form is refused, not guessed at.
     r = c.ctl("stop", "counter:%G1")
     assert r.returncode != 0
+    c.assert_nothing_died()
+
+
+def test_a_colon_in_one_of_several_params_is_refused(server_factory, tmp_path):
+    """With two {param}s the key is both joined by ':'; a ':' inside one would make two paths one
+    address (x:y + z and x + y:z), so it is 400 bad_address and starts nothing. A route with one
+    {param} keeps ':' as part of its key."""
+    c = start_counter(server_factory, tmp_path, routes=("/counter/{id}/*", "/pair/{a}/{b}/*"))
+    status, body = c.get("/pair/x/y/start")
+    assert status == 200, (status, body[:300])
+    assert json.loads(body)["address"] == "counter:x:y"
+    for path in ("/pair/x:y/z/start", "/pair/x/y%3Az/start", "/pair/x%3ay/z/start"):
+        status, body = c.get(path)
+        assert status == 400, (path, status, body[:300])
+        assert json.loads(body)["error"]["code"] == "bad_address", body
+    assert "counter:x:y:z" not in c.workers()
+    status, body = c.get("/counter/x:y:z/start")
+    assert status == 200, (status, body[:300])
+    assert json.loads(body)["address"] == "counter:x:y:z"
     c.assert_nothing_died()
 
 
