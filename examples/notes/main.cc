@@ -298,7 +298,7 @@ the other tabs. Open this page twice to see it.</p>
 constexpr std::string_view kScript = R"JS(
 const area = document.getElementById('text'), status = document.getElementById('status');
 let base = Number(area.dataset.rev), baseText = area.value, sent = null;
-let ws = null, timer = 0, retryMs = 250;
+let ws = null, timer = 0, retryMs = 250, wasSaved = false;
 const say = (s) => { status.textContent = s; };
 
 // The one splice that turns a into b: [start, end in a, inserted text], never inside a
@@ -371,18 +371,22 @@ function connect() {
     } else if ('text' in m) {
       // The greeting of a new socket: an edit in flight on the lost one may have been committed
       // (then it is the text, unless another tab edited since: then it is merged once more).
-      // A committed edit whose ack was lost with the old socket is saved all the same: say so.
+      // A committed edit whose ack was lost with the old socket is saved all the same: say so;
+      // as a tab that had said "saved" before the socket went and has nothing new since.
       const mine = 'you' in m && sent !== null && m.text === sent;
       if (mine) baseText = sent;
       if (m.stale || 'you' in m) sent = null;
       committed(m.text, m.rev);
       if (sent === null && area.value === baseText)
-        say((mine ? 'saved, revision ' : 'revision ') + base);
+        say((mine || wasSaved ? 'saved, revision ' : 'revision ') + base);
       else if (sent === null) flush();
     }
   };
   ws.onclose = () => {
     ws = null;  // `sent` stays: the next socket's greeting tells whether it was committed
+    // (A retry that failed leaves the status "offline": what was said before it still holds.)
+    const said = status.textContent;
+    if (!said.startsWith('offline')) wasSaved = said.startsWith('saved');
     say('offline, reconnecting…');
     setTimeout(connect, retryMs);
     retryMs = Math.min(retryMs * 2, 5000);
