@@ -1,7 +1,8 @@
 // The routes in each server process that proxy a worker kind's paths to the address's worker:
 // for every kind's route pattern, any method; the address is "<kind>:<param>[:<param>...]" (the
-// pattern's parameters, percent-decoded by the router). The worker socket comes from the
-// process's LinkResolver, the connection from its upstream pool (proxy/proxy.h). A kind's
+// pattern's parameters, percent-decoded by the router; workers::address_of, which refuses a ':'
+// inside one of several: 400 {"error":{"message","code":"bad_address"}}). The worker socket comes
+// from the process's LinkResolver, the connection from its upstream pool (proxy/proxy.h). A kind's
 // authorize hook decides here, where the request's principal is known. A worker that sends no
 // response head within the kind's response_timeout_ms is answered 504 {"error":{"message",
 // "code":"worker_timeout"}} and logged (`worker_timeout`, with the address and the timeout).
