@@ -47,7 +47,7 @@ size_t skip_tchars(const char* p, size_t i, size_t end) {
 
 HeadScanner::Outcome HeadScanner::scan(std::string_view data, const ParserLimits& limits) {
   const size_t n = data.size();
-  const size_t limit = n < limits.max_head_bytes ? n : limits.max_head_bytes;
+  const size_t limit = std::min(n, limits.max_head_bytes);
   for (size_t i = pos_; i < n; ++i) {
     // Never past the head limit, nor, in the request line, past its own (the checks below then
     // see the byte that is over).

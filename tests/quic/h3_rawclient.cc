@@ -5,10 +5,11 @@
 // literals only), then request stream 8 with `POST /upload` declaring `content-length:
 // 1000000000` and never sending a byte of that body nor a FIN (a limit must answer from the
 // head alone). It prints what the server does with each stream:
-//   "stream <id> reset 0x<code>", "stream <id> stop_sending 0x<code>", "stream <id> body <text>",
-//   "stream <id> closed [0x<code>]", "connection closed 0x<code>" (and exits 1), then exits 0
-//   once stream 0 was reset, streams 4 and 8 answered and stream 8 closed, 2 after 10 s. It does
-//   not verify the certificate (a test tool).
+//   "stream <id> reset 0x<code>", "stream <id> body <text>", "stream <id> closed [0x<code>]"
+//   (a server's STOP_SENDING shows as the close of a stream whose sending side we never ended),
+//   "connection closed 0x<code>" (and exits 1), then exits 0 once stream 0 was reset, streams 4
+//   and 8 answered and stream 8 closed, 2 after 10 s. It does not verify the certificate (a test
+//   tool).
 // Usage: h3_rawclient HOST PORT
 #include <arpa/inet.h>
 #include <gnutls/crypto.h>
@@ -85,12 +86,6 @@ int stream_reset_cb(ngtcp2_conn*, int64_t sid, uint64_t, uint64_t code, void* ud
   std::printf("stream %lld reset 0x%llx\n", static_cast<long long>(sid),
               static_cast<unsigned long long>(code));
   if (sid == 0) static_cast<Client*>(ud)->reset0 = true;
-  return 0;
-}
-
-int stop_sending_cb(ngtcp2_conn*, int64_t sid, uint64_t code, void*, void*) {
-  std::printf("stream %lld stop_sending 0x%llx\n", static_cast<long long>(sid),
-              static_cast<unsigned long long>(code));
   return 0;
 }
 
@@ -251,7 +246,6 @@ int main(int argc, char** argv) {
   cb.get_new_connection_id = new_cid_cb;
   cb.handshake_completed = handshake_completed_cb;
   cb.stream_reset = stream_reset_cb;
-  cb.stream_stop_sending = stop_sending_cb;
   cb.stream_close = stream_close_cb;
   cb.recv_stream_data = recv_stream_data_cb;
 
