@@ -388,7 +388,15 @@ class WorkerRuntime:
         code = _parse_code(msg, required=False)
         if code is None:
             return log("control_message_dropped", reason="start with a malformed scripts or code")
-        self.scripts, self.code_version, self.code_dir = code
+        scripts, self.code_version, self.code_dir, manifest = code
+        try:
+            self.scripts = _load_manifest(manifest, self.code_version) if manifest else scripts
+        except (OSError, ValueError) as e:
+            log("code_manifest_failed", address=self.address, error=str(e))
+            with self._lock:
+                self._send_locked({"type": "fatal", "error": PublicError(
+                    "the worker could not read its code set", "code_manifest_failed").to_json()})
+            return self.stop(1, "code_manifest_failed")
         self._locking = True
         try:
             fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -429,7 +437,18 @@ class WorkerRuntime:
         return bool(self._reloads) and self._running and not self._stopping
 
     def _apply_next_reload(self):
-        rid, (scripts, version, directory) = self._reloads.popleft()
+        rid, (scripts, version, directory, manifest) = self._reloads.popleft()
+        if manifest:
+            try:
+                scripts = _load_manifest(manifest, version)
+            except (OSError, ValueError) as e:
+                log("worker_reload_failed", address=self.address, id=rid, version=version,
+                    error=str(e))
+                with self._lock:
+                    self._send_locked({"type": "reloaded", "id": rid, "version": version,
+                                       "error": PublicError("The new code set could not be read.",
+                                                            "code_manifest_failed").to_json()})
+                return
         if self._reload_hook is None:
             log("worker_reload_failed", address=self.address, id=rid, error="no reload hook")
             with self._lock:
@@ -567,8 +586,9 @@ class WorkerRuntime:
 
 
 def _parse_code(msg, required):
-    """(scripts, version, dir) of a `start` or `reload`; None when malformed. Without `code` (a kind
-    without code; refused when `required`): (scripts, None, None)."""
+    """(scripts, version, dir, manifest) of a `start` or `reload`; None when malformed. Without
+    `code` (a kind without code; refused when `required`): (scripts, None, None, None). The set's
+    files come by reference (`code.manifest`, read by _load_manifest) or inline (`scripts`)."""
     scripts = msg.get("scripts")
     if scripts is None:
         scripts = []
@@ -576,13 +596,28 @@ def _parse_code(msg, required):
         return None
     code = msg.get("code")
     if code is None:
-        return None if required else (scripts, None, None)
+        return None if required else (scripts, None, None, None)
     if not isinstance(code, dict) or not isinstance(code.get("version"), str):
         return None
-    directory = code.get("dir")
-    if directory is not None and not isinstance(directory, str):
-        return None
-    return scripts, code["version"], directory
+    directory, manifest = code.get("dir"), code.get("manifest")
+    for value in (directory, manifest):
+        if value is not None and not isinstance(value, str):
+            return None
+    return scripts, code["version"], directory, manifest
+
+
+def _load_manifest(path, version):
+    """The `files` of a snapshot's manifest ({version, files: [{path, digest}]}), the set's
+    `scripts`; ValueError when it is not the manifest of `version`, OSError when unreadable."""
+    with open(path, "rb") as f:
+        m = json.loads(f.read())
+    if not isinstance(m, dict) or m.get("version") != version:
+        raise ValueError(f"{path}: not the manifest of version {version}")
+    files = m.get("files")
+    if not isinstance(files, list) or not all(
+            isinstance(f, dict) and isinstance(f.get("path"), str) for f in files):
+        raise ValueError(f"{path}: no list of files")
+    return files
 
 
 class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):

@@ -67,7 +67,7 @@ import http from "node:http";
 import net from "node:net";
 
 export const FORCE_EXIT_MS = 3000; // the protocol: a worker not gone 3 s after `shutdown` exits
-export const MAX_PACKET = 16 * 1024 * 1024; // a `start` or `reload` with a rollout's scripts
+export const MAX_PACKET = 16 * 1024 * 1024; // a `start` or `reload` with inline scripts (older managers)
 export const MAX_SEND = 64 * 1024; // the manager reads packets of up to 64 KiB
 export const EXIT_OK = 0;
 export const EXIT_FATAL = 1; // fatal(), a throwing setup, the lock not taken
@@ -164,14 +164,27 @@ export function parseManagerPacket(buf, n, capacity = buf.length) {
   return { message: msg };
 }
 
-/** The `{version, dir, scripts}` of a `start` or `reload` message. */
+/** The `{version, dir, scripts}` of a `start` or `reload` message. The set's files come by
+ * reference: `code.manifest` names the snapshot's manifest ({version, files}), read here (throws
+ * when it cannot be read or is not the set's); or inline as `scripts` (older managers). */
 export function codeSetOf(msg) {
   const code = msg && typeof msg.code === "object" && msg.code !== null ? msg.code : {};
-  return {
+  const set = {
     version: typeof code.version === "string" ? code.version : null,
     dir: typeof code.dir === "string" ? code.dir : null,
     scripts: Array.isArray(msg && msg.scripts) ? msg.scripts : [],
   };
+  if (typeof code.manifest === "string" && code.manifest) {
+    const m = JSON.parse(fs.readFileSync(code.manifest, "utf8"));
+    if (m === null || typeof m !== "object" || m.version !== set.version) {
+      throw new Error(`${code.manifest}: not the manifest of version ${set.version}`);
+    }
+    if (!Array.isArray(m.files) || !m.files.every((f) => f && typeof f.path === "string")) {
+      throw new Error(`${code.manifest}: no list of files`);
+    }
+    set.scripts = m.files;
+  }
+  return set;
 }
 
 /** One line on stderr, which the manager prefixes with the address. */
@@ -438,7 +451,17 @@ export class WorkerRuntime {
       this.addressBytes = decodeAddress(msg.address);
     }
     this.startData = msg.start === undefined ? null : msg.start;
-    const set = codeSetOf(msg);
+    let set;
+    try {
+      set = codeSetOf(msg);
+    } catch (e) {
+      log("code_manifest_failed", { address: this.address, error: String(e && e.message) });
+      this._send({
+        type: "fatal",
+        error: publicJson(new PublicError("the worker could not read its code set", "code_manifest_failed")),
+      });
+      return void this.stop(EXIT_FATAL, "code_manifest_failed");
+    }
     this.scripts = set.scripts;
     this.codeVersion = set.version;
     this.codeDir = set.dir;
@@ -640,7 +663,20 @@ export class WorkerRuntime {
   async _nextReload() {
     if (this._reloading || !this._running || this._reloads.length === 0) return;
     const msg = this._reloads.shift();
-    const update = codeSetOf(msg);
+    let update;
+    try {
+      update = codeSetOf(msg);
+    } catch (e) {
+      const version = msg.code && typeof msg.code.version === "string" ? msg.code.version : null;
+      log("worker_reload_failed", { address: this.address, id: msg.id, error: String(e && e.message) });
+      this._send({
+        type: "reloaded",
+        id: msg.id,
+        version,
+        error: { message: "The new code set could not be read.", code: "code_manifest_failed" },
+      });
+      return this._nextReload();
+    }
     const reply = { type: "reloaded", id: msg.id, version: update.version };
     if (!this._reloadHook) {
       // Nothing runs: no busy flip, just the refusal.

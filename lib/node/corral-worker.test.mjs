@@ -9,6 +9,9 @@
 
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
 import { test } from "node:test";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
@@ -90,6 +93,24 @@ test("a code set without code is version and dir null", () => {
     scripts: [{ path: "a" }],
   });
   assert.deepEqual(codeSetOf({ code: "junk" }), { version: null, dir: null, scripts: [] });
+});
+
+test("a code set sent by reference is read from its manifest", () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "corral-manifest-"));
+  try {
+    const manifest = path.join(dir, "v.json");
+    const files = [{ path: "app.js", digest: "ab" }];
+    fs.writeFileSync(manifest, JSON.stringify({ version: "v", files }));
+    assert.deepEqual(codeSetOf({ code: { version: "v", dir: "/d", manifest } }), {
+      version: "v",
+      dir: "/d",
+      scripts: files,
+    });
+    assert.throws(() => codeSetOf({ code: { version: "w", dir: "/d", manifest } }), /not the manifest/);
+    assert.throws(() => codeSetOf({ code: { version: "v", manifest: path.join(dir, "none.json") } }), /ENOENT/);
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 // The child: a ControlLink on fd 3 with a 4 KiB buffer, echoing what it reads; on "burst" it sends

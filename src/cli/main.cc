@@ -485,6 +485,8 @@ int run_check(const Flags& flags) {
   if (errors.empty() && !config.tls.cert.empty() && !config.tls.key.empty())
     if (auto creds = tls::Credentials::load(config.tls.cert, config.tls.key); !creds)
       errors.problems.push_back("tls." + creds.error().reason);
+  // The code directories as a snapshot would read them (serve refuses what this reports).
+  if (errors.empty()) cli::check_code_dirs(config.workers, errors.problems);
   if (!errors.empty()) return print_problems(errors, flags.config_path);
   std::cout << "corral: " << flags.config_path << ": ok\n";
   return 0;

@@ -1,5 +1,7 @@
 #include "cli/worker_kinds.h"
 
+#include "workers/code_store.h"
+
 namespace corral::cli {
 
 std::vector<workers::KindConfig> kind_configs(const std::vector<WorkerKind>& kinds) {
@@ -29,6 +31,14 @@ std::vector<workers::KindConfig> kind_configs(const std::vector<WorkerKind>& kin
     out.push_back(std::move(c));
   }
   return out;
+}
+
+void check_code_dirs(const std::vector<WorkerKind>& kinds, std::vector<std::string>& problems) {
+  for (const auto& k : kinds) {
+    if (k.code.empty()) continue;
+    if (auto r = workers::CodeStore::check(k.code); !r)
+      problems.push_back("workers." + k.name + ".code: " + r.error().reason);
+  }
 }
 
 }  // namespace corral::cli

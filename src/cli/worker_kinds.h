@@ -3,6 +3,7 @@
 // conversion; the worker path itself lives in src/workers/.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "cli/config.h"
@@ -11,5 +12,10 @@
 namespace corral::cli {
 
 std::vector<workers::KindConfig> kind_configs(const std::vector<WorkerKind>& kinds);
+
+// `corral check`: what a snapshot of each kind's code directory would refuse (a device, a socket,
+// a symlink out of the tree, an unreadable file: workers/code_store.h), as
+// "workers.<kind>.code: <reason>" problems. Reads the directories; copies nothing.
+void check_code_dirs(const std::vector<WorkerKind>& kinds, std::vector<std::string>& problems);
 
 }  // namespace corral::cli

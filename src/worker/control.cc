@@ -36,6 +36,10 @@ core::Result<void> parse_code(const nlohmann::json& j, const std::string& what, 
     if (!dir->is_string()) return invalid(what + " 'code.dir' is not a string");
     out.dir = dir->get<std::string>();
   }
+  if (auto m = code->find("manifest"); m != code->end() && !m->is_null()) {
+    if (!m->is_string()) return invalid(what + " 'code.manifest' is not a string");
+    out.manifest = m->get<std::string>();
+  }
   return {};
 }
 
@@ -87,6 +91,24 @@ core::Result<ManagerMessage> parse_manager_message(std::string_view packet) {
       return r.error();
   }
   return m;
+}
+
+core::Result<nlohmann::json> parse_code_manifest(std::string_view text, std::string_view version) {
+  auto bad = [](std::string why) {
+    return core::Error{EPROTO, "code manifest: " + std::move(why)};
+  };
+  nlohmann::json m = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (m.is_discarded() || !m.is_object()) return bad("not a JSON object");
+  auto v = m.find("version");
+  if (v == m.end() || !v->is_string() || v->get_ref<const std::string&>() != version)
+    return bad("its version is not the set's");
+  auto files = m.find("files");
+  if (files == m.end() || !files->is_array()) return bad("no 'files' array");
+  for (const auto& f : *files) {
+    if (!f.is_object() || !f.contains("path") || !f["path"].is_string())
+      return bad("a file without a 'path'");
+  }
+  return std::move(*files);
 }
 
 nlohmann::json to_json(const PublicError& error) {

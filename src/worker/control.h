@@ -31,10 +31,14 @@ enum class ManagerMessageType { kStart, kShutdown, kReload, kPing, kUnknown };
 
 // A set of the kind's code, as `start` and `reload` carry it (docs/worker-protocol.md, "Code"):
 // the version, the snapshot's directory (read-only files, never the live directory) and the
-// files. A kind without code sends no `code`: version and dir are then empty.
+// files. A kind without code sends no `code`: version and dir are then empty. The files come by
+// reference: `code.manifest` names the snapshot's manifest, which the worker reads (its text
+// through parse_code_manifest) before the set is used; a message may carry them inline as `scripts`
+// instead (older managers, tests).
 struct CodeUpdate {
   std::string version;     // hex SHA-256 of the set
   std::string dir;         // the snapshot's directory
+  std::string manifest;    // its manifest's path; empty when the message has none
   nlohmann::json scripts;  // [{"path","digest"}, ...]; an empty array when absent
 };
 
@@ -68,6 +72,10 @@ struct Holds {
 };
 
 core::Result<ManagerMessage> parse_manager_message(std::string_view packet);
+// The `files` of a manifest's text ({version, files:[{path, digest}]}) whose version must be
+// `version`: what `scripts` is for a set sent by reference (the worker reads the file). EPROTO
+// with the reason otherwise.
+core::Result<nlohmann::json> parse_code_manifest(std::string_view text, std::string_view version);
 
 nlohmann::json to_json(const PublicError& error);
 // A warm spare's (launched without an address) once it waits for `start` (issue 14).

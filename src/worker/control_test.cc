@@ -143,5 +143,26 @@ TEST(ControlCodec, FatalLeavesOutEmptyFieldsAndSurvivesBadUtf8) {
   EXPECT_NE(k["error"]["message"].get<std::string>().find("bad"), std::string::npos);
 }
 
+TEST(ControlCodec, ParsesCodeManifest) {
+  auto m = parse_manager_message(
+      R"({"type":"reload","id":3,"code":{"version":"v","dir":"/d","manifest":"/d.json"}})");
+  ASSERT_TRUE(m.ok()) << m.error().reason;
+  EXPECT_EQ(m->reload.code.manifest, "/d.json");
+  EXPECT_TRUE(m->reload.code.scripts.empty());
+  EXPECT_FALSE(
+      parse_manager_message(R"({"type":"reload","id":3,"code":{"version":"v","manifest":7}})")
+          .ok());
+
+  auto files =
+      parse_code_manifest(R"({"version":"v","files":[{"path":"a.py","digest":"d"}]})", "v");
+  ASSERT_TRUE(files.ok()) << files.error().reason;
+  EXPECT_EQ(*files, nlohmann::json::parse(R"([{"path":"a.py","digest":"d"}])"));
+  for (const char* bad :
+       {R"(not json)", R"([])", R"({"version":"w","files":[]})", R"({"version":"v"})",
+        R"({"version":"v","files":[{"digest":"d"}]})", R"({"version":"v","files":[7]})"}) {
+    EXPECT_FALSE(parse_code_manifest(bad, "v").ok()) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace corral::worker

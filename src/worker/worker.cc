@@ -30,8 +30,38 @@ namespace corral::worker {
 
 namespace {
 
-constexpr size_t kMaxControlPacket = 16 * 1024 * 1024;  // a start message with rollout scripts
+// A control message is small (a set's files come by reference, code.manifest), but one with an
+// inline `scripts` (an older manager) may be large.
+constexpr size_t kMaxControlPacket = 16 * 1024 * 1024;
 constexpr int kFinalFlushMs = 1000;  // the last messages (a `fatal`) before worker_main returns
+
+// Reads `code.manifest` (when the message named one) into `code.scripts`: a set sent by
+// reference. The error names the path.
+core::Result<void> load_code_manifest(CodeUpdate& code) {
+  if (code.manifest.empty()) return {};
+  auto fail = [&](const char* what) {
+    int e = errno;
+    return core::Error{e, std::string(what) + " " + code.manifest + ": " + strerror(e)};
+  };
+  core::UniqueFd fd(::open(code.manifest.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return fail("open");
+  std::string text;
+  char buf[64 * 1024];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail("read");
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  auto files = parse_code_manifest(text, code.version);
+  if (!files)
+    return core::Error{files.error().code, files.error().reason + " (" + code.manifest + ")"};
+  code.scripts = std::move(*files);
+  return {};
+}
 
 // The forced exit runs in a signal handler, which can reach no object: the status it exits with
 // is the one static of this component.
@@ -421,8 +451,14 @@ class Worker {
           return;
         }
         start_ = std::move(m.start);
-        code_ = start_.code;
         if (!start_.address.empty()) address_ = start_.address;
+        if (auto r = load_code_manifest(start_.code); !r) {
+          log_.error("code_manifest_failed", "address=\"{}\" error=\"{}\"", address_,
+                     r.error().reason);
+          send_fatal({"the worker could not read its code set", "code_manifest_failed", ""});
+          return;
+        }
+        code_ = start_.code;
         take_lock();
         return;
       case ManagerMessageType::kReload:
@@ -519,6 +555,14 @@ class Worker {
                 r.id);
       channel_.send(encode_reload_failed(r.id, r.code.version,
                                          {"This worker cannot reload in place.", "no_reload", ""}));
+      return schedule_reload();
+    }
+    if (auto loaded = load_code_manifest(r.code); !loaded) {
+      log_.error("worker_reload_failed", "address=\"{}\" id={} version={} error=\"{}\"", address_,
+                 r.id, r.code.version, loaded.error().reason);
+      channel_.send(encode_reload_failed(
+          r.id, r.code.version,
+          {"The new code set could not be read.", "code_manifest_failed", ""}));
       return schedule_reload();
     }
     busy_add(1);  // `idle:false` goes out before the hook runs

@@ -327,6 +327,76 @@ TEST(WorkerMain, ReloadRunsTheHookAndThenTheContextHasTheNewSet) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
+// A set sent by reference (code.manifest, what the manager sends): the library reads the
+// manifest, so scripts() and the hook's update have the files; one that cannot be read fails the
+// start (`fatal`) or the reload (its error), never the worker's old set.
+TEST(WorkerMain, TheFilesOfASetSentByReferenceAreReadFromItsManifest) {
+  WorkerProcess w(
+      [](WorkerContext& ctx, http::SiteBuilder& site) {
+        ctx.on_reload([&ctx](const CodeUpdate& u) {
+          // Counts and the last path: 3,000 entries would not fit this test's receive buffer.
+          return nlohmann::json{{"before", ctx.scripts().size()},
+                                {"files", u.scripts.size()},
+                                {"last", u.scripts.empty() ? "" : u.scripts.back()["path"]}};
+        });
+        site.route("GET /", [](http::Request&) { return http::Response::text("ok"); });
+      },
+      {});
+  auto manifest = [&](const std::string& version, size_t files) {
+    nlohmann::json list = nlohmann::json::array();
+    for (size_t i = 0; i < files; ++i)
+      list.push_back({{"path", "f" + std::to_string(i) + ".py"}, {"digest", "00"}});
+    std::string path = (w.dir() / (version + ".json")).string();
+    std::ofstream(path) << nlohmann::json{{"version", version}, {"files", list}};
+    return path;
+  };
+  w.send_start(
+      {{"code", {{"version", "v1"}, {"dir", "/code/v1"}, {"manifest", manifest("v1", 3)}}}});
+  EXPECT_EQ(w.recv()["type"], "started");
+  EXPECT_EQ(w.recv()["type"], "ready");
+  // 3,000 files: more than a control packet could carry inline.
+  w.send(nlohmann::json{
+      {"type", "reload"},
+      {"id", 1},
+      {"code", {{"version", "v2"}, {"dir", "/code/v2"}, {"manifest", manifest("v2", 3000)}}}}
+             .dump());
+  auto r1 = w.recv_skipping_idle();
+  ASSERT_EQ(r1["type"], "reloaded") << r1.dump();
+  EXPECT_EQ(r1["report"]["before"], 3u);
+  EXPECT_EQ(r1["report"]["files"], 3000u);
+  EXPECT_EQ(r1["report"]["last"], "f2999.py");
+  // A manifest that is not the set's: the reload fails, the worker stays on v2.
+  w.send(nlohmann::json{
+      {"type", "reload"},
+      {"id", 2},
+      {"code", {{"version", "v3"}, {"dir", "/code/v3"}, {"manifest", manifest("v2", 1)}}}}
+             .dump());
+  auto r2 = w.recv_skipping_idle();
+  EXPECT_EQ(r2["id"], 2);
+  EXPECT_EQ(r2["version"], "v3");
+  EXPECT_EQ(r2["error"]["code"], "code_manifest_failed") << r2.dump();
+  w.send(R"({"type":"shutdown"})");
+  int status = w.wait();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+TEST(WorkerMain, AStartWhoseManifestCannotBeReadIsFatal) {
+  WorkerProcess w(
+      [](WorkerContext&, http::SiteBuilder& site) {
+        site.route("GET /", [](http::Request&) { return http::Response::text("ok"); });
+      },
+      {});
+  w.send_start(
+      {{"code", {{"version", "v1"}, {"dir", "/code/v1"}, {"manifest", "/nonexistent/v1.json"}}}});
+  auto m = w.recv();
+  EXPECT_EQ(m["type"], "fatal") << m.dump();
+  EXPECT_EQ(m["error"]["code"], "code_manifest_failed");
+  int status = w.wait();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_NE(WEXITSTATUS(status), 0);
+}
+
 TEST(WorkerMain, ThrowingReloadIsRedactedAndTheOldSetStays) {
   WorkerOptions options;
   options.redact = [](const std::exception&) {

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -211,7 +212,7 @@ class Scanner {
     auto names = list_dir(abs);
     if (!names) return names.error();
     for (const auto& name : *names) {
-      if (name[0] == '.') continue;  // .git, editor swap files
+      if (name[0] == '.') continue;  // .git, editor swap files (code_set_skips)
       std::string child_rel = join(rel, name);
       std::string child = abs + "/" + name;
       if (!valid_utf8(name)) {
@@ -221,6 +222,7 @@ class Scanner {
       }
       struct stat st;
       if (::lstat(child.c_str(), &st) < 0) return sys_error("stat", child);
+      if (code_set_skips(name, S_ISDIR(st.st_mode))) continue;  // __pycache__, *.pyc
       if (S_ISDIR(st.st_mode)) {
         if (auto r = scan(child_rel); !r) return r;
       } else if (S_ISREG(st.st_mode)) {
@@ -275,6 +277,25 @@ class Scanner {
   std::vector<Found> found_;
 };
 
+// The current set of `dir`: its files in bytewise path order (std::string compares as unsigned
+// char), or the error naming what is refused.
+core::Result<std::vector<Found>> scan(const std::string& dir) {
+  char buf[PATH_MAX];
+  if (!::realpath(dir.c_str(), buf)) return sys_error("code directory", dir);
+  std::string root(buf);
+  struct stat st;
+  if (::stat(root.c_str(), &st) < 0) return sys_error("code directory", dir);
+  if (!S_ISDIR(st.st_mode)) {
+    return core::Error{ENOTDIR, "code directory " + dir + ": " + strerror(ENOTDIR)};
+  }
+  Scanner scanner(root);
+  if (auto r = scanner.scan(""); !r) return r.error();
+  std::vector<Found> found = std::move(scanner.found());
+  std::sort(found.begin(), found.end(),
+            [](const Found& a, const Found& b) { return a.path < b.path; });
+  return found;
+}
+
 }  // namespace
 
 core::Result<CodeStore> CodeStore::open(const std::string& state_dir) {
@@ -299,76 +320,209 @@ core::Result<std::string> CodeStore::kind_dir(const std::string& kind) const {
   return root_ + "/versions/" + kind;
 }
 
-core::Result<std::string> CodeStore::store_object(const std::string& source) {
-  // O_NOFOLLOW: the scan saw a regular file (or a symlink's resolved target) here; O_NONBLOCK: a
-  // fifo swapped in meanwhile must not hang the loop (fstat below refuses it).
-  core::UniqueFd in(::open(source.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-  if (!in) return sys_error("open", source);
-  struct stat st;
-  if (::fstat(in.get(), &st) < 0) return sys_error("stat", source);
-  if (!S_ISREG(st.st_mode)) {
-    return core::Error{EINVAL, source + ": no longer a regular file: refused"};
-  }
+namespace {
 
-  const std::string objects = root_ + "/objects";
-  std::string tmp;  // set once the content is streamed to a temp object
-  core::UniqueFd out;
-  auto fail = [&](core::Error e) {
-    if (!tmp.empty()) ::unlink(tmp.c_str());
-    return e;
-  };
-  auto open_tmp = [&]() -> core::Result<void> {
-    tmp = objects + "/.tmp-XXXXXX";
-    out.reset(::mkostemp(tmp.data(), O_CLOEXEC));
-    if (!out) {
-      auto e = sys_error("mkstemp", tmp);
-      tmp.clear();
+// A temp object under objects/: unlinked when destroyed, unless it was renamed into place.
+class TempObject {
+ public:
+  TempObject() = default;
+  TempObject(const TempObject&) = delete;
+  TempObject& operator=(const TempObject&) = delete;
+  ~TempObject() { discard(); }
+
+  core::Result<void> open(const std::string& objects) {
+    path_ = objects + "/.tmp-XXXXXX";
+    fd_.reset(::mkostemp(path_.data(), O_CLOEXEC));
+    if (!fd_) {
+      auto e = sys_error("mkstemp", path_);
+      path_.clear();
       return e;
     }
     return {};
-  };
+  }
+  bool is_open() const { return static_cast<bool>(fd_); }
+  int fd() const { return fd_.get(); }
+  const std::string& path() const { return path_; }
+  // fchmod 0444, fsync, rename to `object`.
+  core::Result<void> commit(const std::string& object) {
+    if (::fchmod(fd_.get(), 0444) < 0) return sys_error("chmod", path_);
+    if (::fsync(fd_.get()) < 0) return sys_error("fsync", path_);
+    fd_.reset();
+    if (::rename(path_.c_str(), object.c_str()) < 0) return sys_error("rename", path_);
+    path_.clear();
+    return {};
+  }
+  void discard() {
+    fd_.reset();
+    if (!path_.empty()) ::unlink(path_.c_str());
+    path_.clear();
+  }
 
-  // Hashed while it is copied: the digest is of the bytes stored, never of a second read.
-  Sha256 hash;
+ private:
+  std::string path_;
+  core::UniqueFd fd_;
+};
+
+core::Error cancelled() {
+  return core::Error{ECANCELED, "the snapshot was cancelled (corral is stopping)"};
+}
+
+// What a file's stat says about its content: equal before and after a copy means nothing wrote
+// it meanwhile (as far as the file system's timestamps tell: nanoseconds on ext4, xfs, btrfs).
+bool unchanged(const struct stat& a, const struct stat& b) {
+  return a.st_ino == b.st_ino && a.st_dev == b.st_dev && a.st_size == b.st_size &&
+         a.st_mtim.tv_sec == b.st_mtim.tv_sec && a.st_mtim.tv_nsec == b.st_mtim.tv_nsec &&
+         a.st_ctim.tv_sec == b.st_ctim.tv_sec && a.st_ctim.tv_nsec == b.st_ctim.tv_nsec;
+}
+
+// Sleeps `ms` in steps, returning early (false) once a stop is asked.
+bool pause_ms(int ms, const std::stop_token& stop) {
+  for (int slept = 0; slept < ms; slept += 10) {
+    if (stop.stop_requested()) return false;
+    timespec ts{0, 10'000'000};
+    ::nanosleep(&ts, nullptr);
+  }
+  return !stop.stop_requested();
+}
+
+// One read of a file's content: its digest, and the content itself (`held`, a small file) or a
+// temp object it was written to (`tmp`, a large one: its holes stay holes).
+struct Copied {
+  std::string digest;
   std::string held;
+  TempObject tmp;
+  bool stable = false;  // nothing wrote the file while it was read
+};
+
+core::Result<void> copy_small(int in, const std::string& source, Sha256& hash, std::string& held) {
   std::vector<char> buf(kChunk);
   for (;;) {
-    ssize_t n = ::read(in.get(), buf.data(), buf.size());
+    ssize_t n = ::read(in, buf.data(), buf.size());
     if (n < 0) {
       if (errno == EINTR) continue;
-      return fail(sys_error("read", source));
+      return sys_error("read", source);
     }
-    if (n == 0) break;
+    if (n == 0) return {};
     hash.update(buf.data(), static_cast<size_t>(n));
-    if (!out && held.size() + static_cast<size_t>(n) <= kInMemoryBytes) {
-      held.append(buf.data(), static_cast<size_t>(n));
+    held.append(buf.data(), static_cast<size_t>(n));
+    // It grew past what it was when it was opened: the stat after the copy says so; stop here.
+    if (held.size() > kInMemoryBytes) return {};
+  }
+}
+
+// [0, size) of `in` into `hash` and `out`, skipping holes (SEEK_DATA/SEEK_HOLE): a hole is hashed
+// as the zeros it reads as and left a hole in `out` (which ends truncated to `size`).
+core::Result<void> copy_sparse(int in, off_t size, const std::string& source, Sha256& hash,
+                               TempObject& out, const std::stop_token& stop) {
+  static const std::vector<char> zeros(kChunk, 0);
+  std::vector<char> buf(kChunk);
+  // A hole of gigabytes is seconds of hashing: a stop is seen within one chunk here too.
+  auto hash_zeros = [&](off_t n) {
+    while (n > 0 && !stop.stop_requested()) {
+      size_t k = static_cast<size_t>(std::min<off_t>(n, static_cast<off_t>(zeros.size())));
+      hash.update(zeros.data(), k);
+      n -= static_cast<off_t>(k);
+    }
+  };
+  for (off_t off = 0; off < size;) {
+    if (stop.stop_requested()) return cancelled();
+    off_t data = ::lseek(in, off, SEEK_DATA);
+    if (data < 0) {
+      if (errno != ENXIO) return sys_error("seek", source);
+      data = size;  // no data past `off`: the rest is a hole
+    }
+    data = std::min(data, size);
+    hash_zeros(data - off);
+    if (stop.stop_requested()) return cancelled();
+    if (data >= size) break;
+    off_t hole = ::lseek(in, data, SEEK_HOLE);
+    if (hole < 0) return sys_error("seek", source);
+    hole = std::min(hole, size);
+    for (off_t pos = data; pos < hole;) {
+      if (stop.stop_requested()) return cancelled();
+      size_t want = static_cast<size_t>(std::min<off_t>(hole - pos, static_cast<off_t>(kChunk)));
+      ssize_t n = ::pread(in, buf.data(), want, pos);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return sys_error("read", source);
+      }
+      if (n == 0) return {};  // it shrank meanwhile: the stat after the copy says so
+      hash.update(buf.data(), static_cast<size_t>(n));
+      for (size_t done = 0; done < static_cast<size_t>(n);) {
+        ssize_t w = ::pwrite(out.fd(), buf.data() + done, static_cast<size_t>(n) - done,
+                             pos + static_cast<off_t>(done));
+        if (w < 0) {
+          if (errno == EINTR) continue;
+          return sys_error("write", out.path());
+        }
+        done += static_cast<size_t>(w);
+      }
+      pos += n;
+    }
+    off = hole;
+  }
+  if (::ftruncate(out.fd(), size) < 0) return sys_error("truncate", out.path());
+  return {};
+}
+
+core::Result<void> copy_once(const std::string& source, const std::string& objects,
+                             const SnapshotControl& control, Copied& c) {
+  // O_NOFOLLOW: the scan saw a regular file (or a symlink's resolved target) here; O_NONBLOCK: a
+  // fifo swapped in meanwhile must not hang the copy (fstat below refuses it).
+  core::UniqueFd in(::open(source.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!in) return sys_error("open", source);
+  struct stat before;
+  if (::fstat(in.get(), &before) < 0) return sys_error("stat", source);
+  if (!S_ISREG(before.st_mode)) {
+    return core::Error{EINVAL, source + ": no longer a regular file: refused"};
+  }
+  // Hashed while it is copied: the digest is of the bytes stored, never of a second read.
+  Sha256 hash;
+  if (before.st_size <= static_cast<off_t>(kInMemoryBytes)) {
+    if (auto r = copy_small(in.get(), source, hash, c.held); !r) return r;
+  } else {
+    if (auto r = c.tmp.open(objects); !r) return r;
+    if (auto r = copy_sparse(in.get(), before.st_size, source, hash, c.tmp, control.stop); !r)
+      return r;
+  }
+  if (control.after_copy) control.after_copy(source);
+  struct stat after;
+  if (::fstat(in.get(), &after) < 0) return sys_error("stat", source);
+  c.stable = unchanged(before, after);
+  c.digest = hash.hex();
+  return {};
+}
+
+}  // namespace
+
+core::Result<std::string> CodeStore::store_object(const std::string& source,
+                                                  const SnapshotControl& control, bool& wrote) {
+  const std::string objects = root_ + "/objects";
+  for (int attempt = 1;; ++attempt) {
+    if (control.stop.stop_requested()) return cancelled();
+    Copied c;
+    if (auto r = copy_once(source, objects, control, c); !r) return r.error();
+    if (!c.stable) {
+      // Being written (an editor's save, a deploy tool's copy): a moment later it is whole.
+      if (attempt == kCopyTries) {
+        return core::Error{EAGAIN, source + ": changed while it was copied (" +
+                                       std::to_string(kCopyTries) +
+                                       " tries): refused; roll out again once it is written"};
+      }
+      if (!pause_ms(50 * attempt, control.stop)) return cancelled();
       continue;
     }
-    if (!out) {
-      if (auto r = open_tmp(); !r) return r.error();
-      if (auto r = write_all(out.get(), held.data(), held.size(), tmp); !r) return fail(r.error());
-      held.clear();
-      held.shrink_to_fit();
+    std::string object = objects + "/" + c.digest;
+    if (exists(object)) return c.digest;  // stored already: nothing to write (tmp is removed)
+    if (!c.tmp.is_open()) {
+      if (auto r = c.tmp.open(objects); !r) return r.error();
+      if (auto r = write_all(c.tmp.fd(), c.held.data(), c.held.size(), c.tmp.path()); !r)
+        return r.error();
     }
-    if (auto r = write_all(out.get(), buf.data(), static_cast<size_t>(n), tmp); !r)
-      return fail(r.error());
+    if (auto r = c.tmp.commit(object); !r) return r.error();
+    wrote = true;
+    return c.digest;
   }
-  std::string digest = hash.hex();
-  std::string object = objects + "/" + digest;
-  if (exists(object)) {  // stored already: nothing to write
-    if (!tmp.empty()) ::unlink(tmp.c_str());
-    return digest;
-  }
-  if (!out) {
-    if (auto r = open_tmp(); !r) return r.error();
-    if (auto r = write_all(out.get(), held.data(), held.size(), tmp); !r) return fail(r.error());
-  }
-  if (::fchmod(out.get(), 0444) < 0) return fail(sys_error("chmod", tmp));
-  if (::fsync(out.get()) < 0) return fail(sys_error("fsync", tmp));
-  out.reset();
-  if (::rename(tmp.c_str(), object.c_str()) < 0) return fail(sys_error("rename", tmp));
-  wrote_object_ = true;
-  return digest;
 }
 
 core::Result<void> CodeStore::build_version(const std::string& kdir, const CodeSet& set) {
@@ -381,12 +535,15 @@ core::Result<void> CodeStore::build_version(const std::string& kdir, const CodeS
       return e;
     };
     if (::chmod(tmp.c_str(), 0755) < 0) return fail(sys_error("chmod", tmp));
+    std::set<std::string> made;  // the directories made so far (relative)
     for (const auto& f : set.files) {
-      // Parents first: the files are in path order, so a directory's files are together.
+      // Parents first, each once.
       for (size_t slash = f.path.find('/'); slash != std::string::npos;
            slash = f.path.find('/', slash + 1)) {
-        if (auto r = make_dir(tmp + "/" + f.path.substr(0, slash), 0755); !r)
-          return fail(r.error());
+        std::string parent = f.path.substr(0, slash);
+        if (made.contains(parent)) continue;
+        if (auto r = make_dir(tmp + "/" + parent, 0755); !r) return fail(r.error());
+        made.insert(std::move(parent));
       }
       std::string object = root_ + "/objects/" + f.digest;
       std::string link = tmp + "/" + f.path;
@@ -438,7 +595,7 @@ core::Result<void> CodeStore::write_history(const std::string& kdir,
   return replace_file(kdir + "/history", text);
 }
 
-core::Result<void> CodeStore::make_current(const std::string& kdir, const std::string& version) {
+core::Result<void> CodeStore::append_history(const std::string& kdir, const std::string& version) {
   auto history = read_history(kdir);
   if (!history) return history.error();
   if (!history->empty() && history->back() == version) return {};  // current already
@@ -446,45 +603,51 @@ core::Result<void> CodeStore::make_current(const std::string& kdir, const std::s
   return write_history(kdir, *history);
 }
 
-core::Result<CodeSet> CodeStore::snapshot(const std::string& kind, const std::string& dir) {
+core::Result<CodeSet> CodeStore::snapshot(const std::string& kind, const std::string& dir,
+                                          const SnapshotControl& control) {
   auto kdir = kind_dir(kind);
   if (!kdir) return kdir.error();
-  char buf[PATH_MAX];
-  if (!::realpath(dir.c_str(), buf)) return sys_error("code directory", dir);
-  std::string root(buf);
-  struct stat st;
-  if (::stat(root.c_str(), &st) < 0) return sys_error("code directory", dir);
-  if (!S_ISDIR(st.st_mode)) {
-    return core::Error{ENOTDIR, "code directory " + dir + ": " + strerror(ENOTDIR)};
-  }
-
-  Scanner scanner(root);
-  if (auto r = scanner.scan(""); !r) return r.error();
-  auto& found = scanner.found();
-  // Bytewise path order (std::string compares as unsigned char).
-  std::sort(found.begin(), found.end(),
-            [](const Found& a, const Found& b) { return a.path < b.path; });
+  auto found = scan(dir);
+  if (!found) return found.error();
 
   CodeSet set;
-  set.files.reserve(found.size());
-  wrote_object_ = false;
-  for (const auto& f : found) {
-    auto digest = store_object(f.source);
+  set.files.reserve(found->size());
+  bool wrote = false;
+  for (const auto& f : *found) {
+    auto digest = store_object(f.source, control, wrote);
     if (!digest) return digest.error();
     set.files.push_back({f.path, std::move(*digest)});
   }
-  if (wrote_object_) {
+  if (wrote) {
     if (auto r = fsync_path(root_ + "/objects"); !r) return r.error();
   }
+  if (control.stop.stop_requested()) return cancelled();
   set.version = version_of(set.files);
   set.dir = *kdir + "/" + set.version;
+  set.manifest = set.dir + ".json";
 
   if (auto r = make_dir(*kdir, 0700); !r) return r.error();
   if (auto r = build_version(*kdir, set); !r) return r.error();
-  if (auto r = make_current(*kdir, set.version); !r) return r.error();
-  // The renames of the tree, the manifest and the history are durable once their directory is.
+  // The renames of the tree and the manifest are durable once their directory is.
   if (auto r = fsync_path(*kdir); !r) return r.error();
   return set;
+}
+
+core::Result<void> CodeStore::make_current(const std::string& kind, const std::string& version) {
+  auto kdir = kind_dir(kind);
+  if (!kdir) return kdir.error();
+  if (auto r = append_history(*kdir, version); !r) return r;
+  return fsync_path(*kdir);
+}
+
+core::Result<size_t> CodeStore::check(const std::string& dir) {
+  auto found = scan(dir);
+  if (!found) return found.error();
+  for (const auto& f : *found) {
+    core::UniqueFd fd(::open(f.source.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    if (!fd) return sys_error("open", f.source);
+  }
+  return found->size();
 }
 
 core::Result<CodeSet> CodeStore::load(const std::string& kdir, const std::string& version) const {
@@ -504,6 +667,7 @@ core::Result<CodeSet> CodeStore::load(const std::string& kdir, const std::string
   CodeSet set;
   set.version = version;
   set.dir = kdir + "/" + version;
+  set.manifest = manifest;
   for (const auto& f : *files) {
     if (!f.is_object()) return bad("a file is not an object");
     auto p = f.find("path");
@@ -560,7 +724,8 @@ core::Result<CodeSet> CodeStore::find(const std::string& kind, const std::string
   auto set = load(*kdir, matches[0]);
   if (!set) return set.error();
   if (make_current) {
-    if (auto r = this->make_current(*kdir, set->version); !r) return r.error();
+    if (auto r = append_history(*kdir, set->version); !r) return r.error();
+    if (auto r = fsync_path(*kdir); !r) return r.error();
   }
   return set;
 }
@@ -629,8 +794,8 @@ core::Result<void> CodeStore::collect(const std::string& kind, size_t keep,
   }
   if (trimmed != history) note(write_history(*kdir, trimmed));
 
-  // Objects no version links (any kind's): link count 1. Temp objects too (a snapshot runs on
-  // this thread, so none is being written now).
+  // Objects no version links (any kind's): link count 1. Temp objects too (snapshots run on the
+  // thread that collects, one task at a time, so none is being written now).
   const std::string objects = root_ + "/objects";
   auto names = list_dir(objects);
   if (!names) {

@@ -9,11 +9,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stop_token>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -58,10 +60,19 @@ class CodeStoreTest : public ::testing::Test {
     ss << in.rdbuf();
     return ss.str();
   }
+  // A snapshot made current, as a rollout the manager took does.
   CodeSet snap(const std::string& kind = "doc") {
     auto r = store_->snapshot(kind, src_);
     EXPECT_TRUE(r.ok()) << r.error().reason;
-    return r.ok() ? *r : CodeSet{};
+    if (!r.ok()) return CodeSet{};
+    auto c = store_->make_current(kind, r->version);
+    EXPECT_TRUE(c.ok()) << c.error().reason;
+    return *r;
+  }
+  blkcnt_t blocks(const std::string& path) const {
+    struct stat st {};
+    EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+    return st.st_blocks;
   }
   size_t count(const std::string& dir, bool dirs_only = false) const {
     size_t n = 0;
@@ -107,9 +118,13 @@ TEST_F(CodeStoreTest, VersionIsTheDigestOfThePathDigestLines) {
   EXPECT_EQ(set.version.size(), 64u);
   EXPECT_EQ(set.short_version(), set.version.substr(0, 12));
   EXPECT_EQ(set.dir, kind_dir() + "/" + set.version);
+  EXPECT_EQ(set.manifest, set.dir + ".json");
+  EXPECT_EQ(
+      set.code_json(),
+      (nlohmann::json{{"version", set.version}, {"dir", set.dir}, {"manifest", set.manifest}}));
 
   // The manifest says the same.
-  auto m = nlohmann::json::parse(slurp(set.dir + ".json"));
+  auto m = nlohmann::json::parse(slurp(set.manifest));
   EXPECT_EQ(m["version"], set.version);
   EXPECT_EQ(m["files"], set.scripts_json());
   // Each file of the version is its object, read-only.
@@ -340,6 +355,161 @@ TEST_F(CodeStoreTest, LargeFileIsStreamed) {
   CodeSet b = snap();  // stored already: the temp copy is dropped
   EXPECT_EQ(a.version, b.version);
   EXPECT_EQ(count(objects()), 1u);
+}
+
+TEST_F(CodeStoreTest, ASnapshotIsNotCurrentUntilMadeCurrent) {
+  write("app.py", "v = 1\n");
+  CodeSet v1 = snap();
+  write("app.py", "v = 2\n");
+  auto v2 = store_->snapshot("doc", src_);
+  ASSERT_TRUE(v2.ok()) << v2.error().reason;
+  EXPECT_TRUE(fs::exists(v2->manifest));
+  // Stored, but the kind's history still ends with v1: a set refused after its snapshot (the
+  // manager closing) never becomes current, and the next collect removes it.
+  EXPECT_EQ(store_->versions("doc"), std::vector<std::string>{v1.version});
+  ASSERT_TRUE(store_->collect("doc", kKeepVersions, {}).ok());
+  EXPECT_FALSE(fs::exists(v2->dir));
+  EXPECT_TRUE(fs::exists(v1.dir));
+  // Made current, it is the newest.
+  v2 = store_->snapshot("doc", src_);
+  ASSERT_TRUE(v2.ok());
+  ASSERT_TRUE(store_->make_current("doc", v2->version).ok());
+  EXPECT_EQ(store_->versions("doc"), (std::vector<std::string>{v2->version, v1.version}));
+  // find() gives the manifest's path too.
+  auto found = store_->find("doc", v1.version, false);
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(found->manifest, v1.manifest);
+}
+
+TEST_F(CodeStoreTest, PythonBytecodeIsNotInTheSet) {
+  write("app.py", "import lib\n");
+  write("lib/__init__.py", "x = 1\n");
+  write("__pycache__/app.cpython-311.pyc", "bytecode");
+  write("lib/__pycache__/__init__.cpython-311.pyc", "bytecode");
+  write("old.pyc", "bytecode");
+  write("old.pyo", "bytecode");
+  CodeSet set = snap();
+  std::vector<std::string> paths;
+  for (const auto& f : set.files) paths.push_back(f.path);
+  EXPECT_EQ(paths, (std::vector<std::string>{"app.py", "lib/__init__.py"}));
+  // So a worker that writes bytecode beside its code does not change the set.
+  write("lib/__pycache__/other.cpython-311.pyc", "more");
+  EXPECT_EQ(snap().version, set.version);
+}
+
+TEST_F(CodeStoreTest, ASparseFileStaysSparse) {
+  // 64 MiB with 4 KiB of data in the middle: a hole, data, a hole.
+  const off_t size = 64 << 20, at = 32 << 20;
+  std::string data(4096, 'd');
+  {
+    int fd = ::open((src_ + "/sparse.img").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::ftruncate(fd, size), 0);
+    ASSERT_EQ(::pwrite(fd, data.data(), data.size(), at), static_cast<ssize_t>(data.size()));
+    ::close(fd);
+  }
+  if (blocks(src_ + "/sparse.img") * 512 > 1 << 20) GTEST_SKIP() << "no sparse files here";
+  write("small.txt", "s");
+  CodeSet set = snap();
+  const std::string object = set.dir + "/sparse.img";
+  // Stored sparse: about the data's blocks, not 64 MiB.
+  EXPECT_LT(blocks(object) * 512, 1 << 20);
+  struct stat st {};
+  ASSERT_EQ(::stat(object.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, size);
+  // Its content (and so its digest) is the file's: zeros, the data, zeros.
+  std::string content = slurp(object);
+  ASSERT_EQ(content.size(), static_cast<size_t>(size));
+  EXPECT_EQ(content.substr(at, data.size()), data);
+  EXPECT_EQ(content.find_first_not_of('\0'), static_cast<size_t>(at));
+  EXPECT_EQ(content.find_last_not_of('\0'), static_cast<size_t>(at) + data.size() - 1);
+  EXPECT_EQ(slurp(src_ + "/sparse.img"), content);
+}
+
+TEST_F(CodeStoreTest, AFileChangedWhileItIsCopiedIsCopiedAgain) {
+  write("app.py", "v = 1\n");
+  write("big.bin", std::string(2 << 20, 'b'));  // the streamed path too
+  int copies = 0;
+  std::set<std::string> written;
+  SnapshotControl control;
+  control.after_copy = [&](const std::string& path) {
+    ++copies;
+    // The first copy of each file is overtaken by a write (as if a save were in progress).
+    if (written.insert(path).second) std::ofstream(path, std::ios::app) << "more";
+  };
+  auto set = store_->snapshot("doc", src_, control);
+  ASSERT_TRUE(set.ok()) << set.error().reason;
+  EXPECT_EQ(copies, 4);  // each file twice
+  // What is stored is the file as it was once nothing wrote it any more.
+  EXPECT_EQ(slurp(set->dir + "/big.bin"), slurp(src_ + "/big.bin"));
+  EXPECT_EQ(slurp(set->dir + "/app.py"), "v = 1\nmore");
+}
+
+TEST_F(CodeStoreTest, AFileThatKeepsChangingIsRefused) {
+  write("app.py", "v = 1\n");
+  write("log.txt", "");
+  int copies = 0;
+  SnapshotControl control;
+  control.after_copy = [&](const std::string& path) {
+    if (path.ends_with("/log.txt")) {
+      ++copies;
+      std::ofstream(path, std::ios::app) << "line\n";
+    }
+  };
+  auto r = store_->snapshot("doc", src_, control);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(copies, kCopyTries);
+  EXPECT_NE(r.error().reason.find(src_ + "/log.txt"), std::string::npos) << r.error().reason;
+  EXPECT_NE(r.error().reason.find("changed while it was copied"), std::string::npos)
+      << r.error().reason;
+  EXPECT_TRUE(store_->versions("doc").empty());
+  // No temp object is left behind.
+  for (const auto& e : fs::directory_iterator(objects()))
+    EXPECT_FALSE(e.path().filename().string().starts_with(".tmp-")) << e.path();
+}
+
+TEST_F(CodeStoreTest, AStoppedSnapshotEndsCancelled) {
+  write("a.py", "a");
+  write("b.py", "b");
+  std::stop_source stop;
+  SnapshotControl control;
+  control.stop = stop.get_token();
+  control.after_copy = [&](const std::string&) { stop.request_stop(); };
+  auto r = store_->snapshot("doc", src_, control);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ECANCELED);
+  EXPECT_TRUE(store_->versions("doc").empty());
+}
+
+TEST_F(CodeStoreTest, CheckSaysWhatASnapshotWouldRefuse) {
+  write("app.py", "x");
+  write("lib/util.py", "y");
+  write("__pycache__/app.pyc", "skipped");
+  auto n = CodeStore::check(src_);
+  ASSERT_TRUE(n.ok()) << n.error().reason;
+  EXPECT_EQ(*n, 2u);
+  EXPECT_FALSE(fs::exists(objects() + "/x")) << "check copies nothing";
+  EXPECT_EQ(count(objects()), 0u);
+
+  ASSERT_EQ(mkfifo((src_ + "/pipe").c_str(), 0600), 0);
+  auto r = CodeStore::check(src_);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().reason.find(src_ + "/pipe"), std::string::npos) << r.error().reason;
+  fs::remove(src_ + "/pipe");
+
+  fs::create_symlink("/etc/hostname", src_ + "/leak");
+  r = CodeStore::check(src_);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().reason.find("outside"), std::string::npos) << r.error().reason;
+  fs::remove(src_ + "/leak");
+
+  if (geteuid() != 0) {  // root reads anything
+    ASSERT_EQ(chmod((src_ + "/lib/util.py").c_str(), 0), 0);
+    r = CodeStore::check(src_);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().code, EACCES);
+    EXPECT_NE(r.error().reason.find(src_ + "/lib/util.py"), std::string::npos) << r.error().reason;
+  }
 }
 
 TEST_F(CodeStoreTest, FindByFullVersionAndPrefix) {

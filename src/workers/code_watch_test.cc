@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/inotify.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -191,6 +192,90 @@ TEST_F(CodeWatchTest, ADirectoryMovedOutIsNoLongerWatched) {
   ASSERT_TRUE(run_until_calls(loop, 2));
   write(dir_ + "/lib/sub/h.py", "x");
   ASSERT_TRUE(run_until_calls(loop, 3));
+}
+
+TEST(ParentEventTest, OnlyTheDirectorysNameMovesThePath) {
+  EXPECT_EQ(parent_event(IN_CREATE | IN_ISDIR, "code", "code"), PathChange::kReplaced);
+  EXPECT_EQ(parent_event(IN_MOVED_TO | IN_ISDIR, "code", "code"), PathChange::kReplaced);
+  EXPECT_EQ(parent_event(IN_CREATE, "code", "code"), PathChange::kReplaced);  // a symlink
+  EXPECT_EQ(parent_event(IN_DELETE | IN_ISDIR, "code", "code"), PathChange::kGone);
+  EXPECT_EQ(parent_event(IN_MOVED_FROM | IN_ISDIR, "code", "code"), PathChange::kGone);
+  EXPECT_EQ(parent_event(IN_CREATE | IN_ISDIR, "code.new", "code"), PathChange::kNone);
+  EXPECT_EQ(parent_event(IN_MOVED_FROM | IN_ISDIR, "code.old", "code"), PathChange::kNone);
+  EXPECT_EQ(parent_event(IN_CREATE, "", "code"), PathChange::kNone);
+  EXPECT_EQ(parent_event(IN_ATTRIB | IN_ISDIR, "code", "code"), PathChange::kNone);
+}
+
+// What deploy tools do: the old directory moved aside, the new one moved to its name.
+TEST_F(CodeWatchTest, ADirectoryReplacedByRenameIsFollowed) {
+  write(dir_ + "/app.py", "v = 1\n");
+  fs::create_directories(top_ + "/code.new/lib");
+  write(top_ + "/code.new/app.py", "v = 2\n");
+  core::EventLoop& loop = make_loop();
+  watch(loop);
+  ASSERT_EQ(rename(dir_.c_str(), (top_ + "/code.old").c_str()), 0);
+  ASSERT_EQ(rename((top_ + "/code.new").c_str(), dir_.c_str()), 0);
+  ASSERT_TRUE(run_until_calls(loop, 1));  // the replacement is a change
+  run_for(loop, 3 * kSettleMs);
+  EXPECT_EQ(calls_, 1);
+  // Edits to the new directory (and its subdirectories) are seen...
+  write(dir_ + "/app.py", "v = 3\n");
+  ASSERT_TRUE(run_until_calls(loop, 2));
+  write(dir_ + "/lib/util.py", "u\n");
+  ASSERT_TRUE(run_until_calls(loop, 3));
+  // ...and those to the old one are not.
+  write(top_ + "/code.old/app.py", "old\n");
+  run_for(loop, 3 * kSettleMs);
+  EXPECT_EQ(calls_, 3);
+}
+
+TEST_F(CodeWatchTest, ADirectoryRemovedAndMadeAgainIsFollowed) {
+  fs::create_directories(dir_ + "/lib");
+  write(dir_ + "/lib/app.py", "v = 1\n");
+  core::EventLoop& loop = make_loop();
+  watch(loop);
+  fs::remove_all(dir_);
+  // Nothing at the path: no change to roll out, however long it stays so.
+  run_for(loop, 3 * kSettleMs);
+  EXPECT_EQ(calls_, 0);
+  fs::create_directory(dir_);
+  ASSERT_TRUE(run_until_calls(loop, 1));
+  fs::create_directory(dir_ + "/lib");
+  write(dir_ + "/lib/app.py", "v = 2\n");
+  ASSERT_TRUE(run_until_calls(loop, 2));
+}
+
+TEST_F(CodeWatchTest, ASymlinkSwappedToAnotherDirectoryIsFollowed) {
+  fs::create_directories(top_ + "/r1");
+  fs::create_directories(top_ + "/r2");
+  fs::create_directory_symlink(top_ + "/r1", top_ + "/current");
+  core::EventLoop& loop = make_loop();
+  auto w = CodeWatcher::create(loop, log_, top_ + "/current", kSettleMs, [this] { ++calls_; });
+  ASSERT_TRUE(w.ok()) << w.error().reason;
+  watcher_ = std::move(*w);
+  // `ln -s r2 tmp; mv -T tmp current`: the path now leads to r2.
+  fs::create_directory_symlink(top_ + "/r2", top_ + "/tmp-link");
+  ASSERT_EQ(rename((top_ + "/tmp-link").c_str(), (top_ + "/current").c_str()), 0);
+  ASSERT_TRUE(run_until_calls(loop, 1));
+  write(top_ + "/r2/app.py", "x");
+  ASSERT_TRUE(run_until_calls(loop, 2));
+  write(top_ + "/r1/app.py", "x");
+  run_for(loop, 3 * kSettleMs);
+  EXPECT_EQ(calls_, 2);
+}
+
+TEST_F(CodeWatchTest, PythonBytecodeIsNotAChange) {
+  write(dir_ + "/app.py", "x");
+  core::EventLoop& loop = make_loop();
+  watch(loop);
+  // What `python3 app.py` importing from the directory writes beside it.
+  fs::create_directories(dir_ + "/__pycache__");
+  write(dir_ + "/__pycache__/app.cpython-311.pyc", "bytecode");
+  write(dir_ + "/old.pyc", "bytecode");
+  run_for(loop, 3 * kSettleMs);
+  EXPECT_EQ(calls_, 0);
+  write(dir_ + "/app.py", "y");
+  ASSERT_TRUE(run_until_calls(loop, 1));
 }
 
 TEST_F(CodeWatchTest, AMissingDirectoryIsAnErrorNamingIt) {

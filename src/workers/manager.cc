@@ -291,10 +291,10 @@ void Manager::begin_start(Worker& w, nlohmann::json start_data) {
   w.counts_starting = true;
   log_.info("worker_starting", "address=\"{}\" pid={}{}", slot.address, w.pid,
             w.from_spare ? " spare=true" : "");
+  // The code set goes by reference (code.manifest): its size never makes the message too large.
   nlohmann::json msg = {{"type", "start"},
                         {"address", core::wire_encode(slot.address)},
                         {"start", std::move(start_data)},
-                        {"scripts", cfg.code ? cfg.code->scripts_json() : nlohmann::json::array()},
                         {"lock", options_.state_dir + "/locks/" + lock_file_name(slot.address)}};
   if (cfg.code) msg["code"] = cfg.code->code_json();
   rollout_on_start(slot);

@@ -111,8 +111,7 @@ void Manager::rollout_reload(Worker& w, const CodeSet& set) {
     return;
   }
   uint64_t id = ++w.reload_ids;
-  nlohmann::json msg = {
-      {"type", "reload"}, {"id", id}, {"scripts", set.scripts_json()}, {"code", set.code_json()}};
+  nlohmann::json msg = {{"type", "reload"}, {"id", id}, {"code", set.code_json()}};
   if (send(w, msg)) {
     w.reload_sent = Worker::SentReload{id, set.version};
     return;

@@ -7,6 +7,9 @@
 
 #include <signal.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "workers/manager_test_support.h"
 
 namespace corral::workers {
@@ -20,13 +23,17 @@ class RolloutTest : public manager_testing::ManagerTest {
   }
 
   // A set whose version is 64 times `v` (a hex digit), with the files `names` (their digests
-  // made up too).
+  // made up too), and its manifest, which the messages refer to (code.manifest).
   CodeSet set(char v, std::vector<std::string> names = {"app.py"}) {
     CodeSet s;
     s.version = std::string(64, v);
     s.dir = state_ + "/code/versions/doc/" + s.version;
+    s.manifest = s.dir + ".json";
     std::sort(names.begin(), names.end());
     for (auto& n : names) s.files.push_back({n, std::string(64, '0')});
+    std::filesystem::create_directories(state_ + "/code/versions/doc");
+    std::ofstream(s.manifest) << nlohmann::json{{"version", s.version},
+                                                {"files", s.scripts_json()}};
     return s;
   }
   static std::string ver(char v) { return std::string(64, v); }
@@ -132,6 +139,24 @@ TEST_F(RolloutTest, InPlaceReachesEveryWorkerAndTheKindIsCleanAfter) {
   EXPECT_EQ(version_of(m, "doc:4"), ver('b'));
   auto again = roll(m, set('b'));
   EXPECT_TRUE(again.workers.empty()) << again.to_json().dump();
+}
+
+// A set of thousands of files starts and reloads: the messages carry its manifest's path, not
+// its file list (inline, 3,000 entries would be about 300 KiB, more than the control socket's
+// buffer, and every start and reload would fail).
+TEST_F(RolloutTest, ASetOfThousandsOfFilesStartsAndReloads) {
+  std::vector<std::string> many;
+  for (int i = 0; i < 3000; ++i) many.push_back("lib/module_" + std::to_string(i) + ".py");
+  kind_.code = set('a', many);
+  Manager& m = make();
+  ASSERT_TRUE(resolve(m, "doc:1").ok());
+  EXPECT_EQ(version_of(m, "doc:1"), ver('a'));
+  many.push_back("app.py");
+  auto r = roll(m, set('b', many));
+  ASSERT_EQ(r.workers.size(), 1u) << r.to_json().dump();
+  EXPECT_EQ(r.failed, 0u) << r.to_json().dump();
+  EXPECT_EQ(r.workers[0]["report"]["files"], 3001) << r.to_json().dump();
+  EXPECT_EQ(version_of(m, "doc:1"), ver('b'));
 }
 
 TEST_F(RolloutTest, AFailedReloadKeepsTheOldVersionAndTheKindDirtyUntilAGoodOne) {

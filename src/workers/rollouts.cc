@@ -1,9 +1,14 @@
 #include "workers/rollouts.h"
 
+#include <sys/stat.h>
+#include <time.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdlib>
 #include <deque>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -65,6 +70,8 @@ core::Result<void> Rollouts::prepare(const std::string& state_dir, ManagerOption
     auto set = store->snapshot(kind.name, kind.code_dir);
     if (!set)
       return core::Error{set.error().code, "workers." + kind.name + ".code: " + set.error().reason};
+    if (auto r = store->make_current(kind.name, set->version); !r)
+      return core::Error{r.error().code, "workers." + kind.name + ".code: " + r.error().reason};
     kind.code = std::move(set.value());
     // Nothing runs yet: what an earlier run left beyond the kept versions can go. A failure is
     // tried again after the next rollout.
@@ -92,18 +99,30 @@ Rollouts::Rollouts(core::EventLoop& loop, core::Logger& log, Manager& manager,
   }
   if (!any_code) return;
   auto s = CodeStore::open(state_dir);
-  if (!s)
+  if (!s) {
     log_.error("code_store_failed", "error=\"{}\"", s.error().reason);
-  else
-    store_.emplace(std::move(s.value()));
+    return;
+  }
+  auto t = CodeStoreThread::create(loop_);
+  if (!t) {
+    log_.error("code_store_failed", "error=\"{}\"", t.error().reason);
+    return;
+  }
+  store_.emplace(std::move(s.value()));
+  store_thread_ = std::move(t.value());
+  if (const char* hold = std::getenv("CORRAL_TEST_SNAPSHOT_HOLD"); hold && *hold)
+    snapshot_hold_ = hold;
 }
 
 Rollouts::~Rollouts() {
   *alive_ = false;
+  store_thread_.reset();  // stops a snapshot under way and joins: nothing uses store_ after this
 }
 
 void Rollouts::rollout(const std::string& kind, std::optional<std::string> to, Done done) {
-  auto refuse = [this, &done](RolloutRefusal r) {
+  auto refuse = [this, &done, &kind](RolloutRefusal r) {
+    log_.warn("rollout_refused", "kind={} code={} error=\"{}\"", kind, r.error.value("code", ""),
+              r.error.value("message", ""));
     loop_.defer([alive = alive_, done = std::move(done), r = std::move(r)] {
       if (*alive) done(nullptr, &r);
     });
@@ -117,6 +136,11 @@ void Rollouts::rollout(const std::string& kind, std::optional<std::string> to, D
         409,
         "The worker kind '" + kind + "' has no code to roll out (set [workers." + kind + "] code).",
         "no_code"));
+  if (runs.running) {
+    // `to` as given only when it looks like a version: the log line stays one line.
+    std::string target = !to ? "directory" : version_like(*to) ? *to : "not-a-version";
+    log_.info("rollout_queued", "kind={} to={} (after the rollout under way)", kind, target);
+  }
   // A run of the same target queued last (a burst of saved files, a second click) is the one
   // this call waits for: it starts after this call, so it sees what this call wanted.
   if (!runs.queue.empty() && runs.queue.back().to == to) {
@@ -143,11 +167,16 @@ void Rollouts::run_next(const std::string& kind) {
   runs.running = true;
   runs.current = std::move(p.waiters);
 
-  core::Result<CodeSet> set = core::Error{EIO, "the code store could not be opened"};
   if (!store_) {
-    RolloutRefusal r = refusal(500, set.error().reason, "snapshot_failed");
+    RolloutRefusal r = refusal(500, "The code store could not be opened.", "snapshot_failed");
     return finish(kind, nullptr, &r);
   }
+  CodeStore* store = &*store_;
+  auto deliver = [this, alive = alive_, kind, to = p.to](core::Result<CodeSet> set) {
+    return std::function<void()>([this, alive, kind, to, set = std::move(set)]() mutable {
+      if (*alive) start(kind, std::move(set), to);
+    });
+  };
   if (p.to) {
     for (char& c : *p.to) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     if (!version_like(*p.to)) {
@@ -155,27 +184,58 @@ void Rollouts::run_next(const std::string& kind) {
           refusal(404, "'" + *p.to + "' is not a version: 8 to 64 hex digits.", "unknown_version");
       return finish(kind, nullptr, &r);
     }
-    set = store_->find(kind, *p.to, true);
-    if (!set) {
+    // Not made current yet: only once the manager took it (start()).
+    store_thread_->post([store, kind, to = *p.to, deliver](std::stop_token) {
+      return deliver(store->find(kind, to, /*make_current=*/false));
+    });
+    return;
+  }
+  log_.info("rollout_snapshot", "kind={} dir={}", kind, runs.code_dir);
+  store_thread_->post(
+      [store, kind, dir = runs.code_dir, hold = snapshot_hold_, deliver](std::stop_token stop) {
+        SnapshotControl control;
+        control.stop = stop;
+        if (!hold.empty()) {
+          // Tests only: hold after each file's copy while the file `hold` exists (or until a stop).
+          control.after_copy = [hold, stop](const std::string&) {
+            struct stat st;
+            while (!stop.stop_requested() && ::stat(hold.c_str(), &st) == 0) {
+              timespec ts{0, 10'000'000};
+              ::nanosleep(&ts, nullptr);
+            }
+          };
+        }
+        return deliver(store->snapshot(kind, dir, control));
+      });
+}
+
+void Rollouts::start(const std::string& kind, core::Result<CodeSet> set,
+                     const std::optional<std::string>& to) {
+  auto it = runs_.find(kind);
+  if (it == runs_.end()) return;
+  KindRuns& runs = *it->second;
+  if (!set) {
+    if (to) {
       // ENOENT/EINVAL: no kept version has it, or two do; anything else is the store's I/O.
       int code = set.error().code;
       bool unknown = code == ENOENT || code == EINVAL || code == 0;
-      RolloutRefusal r = unknown ? refusal(404,
-                                           "No kept version of '" + kind + "' is '" + *p.to +
-                                               "': " + set.error().reason,
-                                           "unknown_version")
-                                 : refusal(500, set.error().reason, "snapshot_failed");
-      return finish(kind, nullptr, &r);
-    }
-  } else {
-    set = store_->snapshot(kind, runs.code_dir);
-    if (!set) {
       RolloutRefusal r =
-          refusal(500, "The snapshot of " + runs.code_dir + " failed: " + set.error().reason,
-                  "snapshot_failed");
+          unknown
+              ? refusal(404,
+                        "No kept version of '" + kind + "' is '" + *to + "': " + set.error().reason,
+                        "unknown_version")
+              : refusal(500, set.error().reason, "snapshot_failed");
       return finish(kind, nullptr, &r);
     }
+    RolloutRefusal r =
+        refusal(500, "The snapshot of " + runs.code_dir + " failed: " + set.error().reason,
+                "snapshot_failed");
+    return finish(kind, nullptr, &r);
   }
+  if (!to)
+    log_.info("rollout_snapshot_done", "kind={} version={} files={}", kind, set->short_version(),
+              set->files.size());
+  std::string version = set->version;
   bool started = manager_.rollout(kind, std::move(set.value()),
                                   [this, alive = alive_, kind](const RolloutReport& report) {
                                     if (*alive) finish(kind, &report, nullptr);
@@ -185,8 +245,45 @@ void Rollouts::run_next(const std::string& kind) {
     // happens while Rollouts serialises the kind's calls, but the caller gets an answer.
     RolloutRefusal r =
         refusal(503, "The worker manager refused the rollout (it is closing).", "closing");
-    finish(kind, nullptr, &r);
+    return finish(kind, nullptr, &r);
   }
+  // The manager took it: it is the kind's current version (before this run's collect, which is
+  // posted behind it).
+  CodeStore* store = &*store_;
+  store_thread_->post([this, store, kind, version, alive = alive_](std::stop_token) {
+    auto r = store->make_current(kind, version);
+    return std::function<void()>([this, alive, kind, r = std::move(r)] {
+      if (*alive && !r)
+        log_.warn("code_history_failed", "kind={} error=\"{}\"", kind, r.error().reason);
+    });
+  });
+}
+
+void Rollouts::collect(const std::string& kind) {
+  auto it = runs_.find(kind);
+  if (!store_ || it == runs_.end()) return;
+  // Kept besides the newest: what a live worker runs, and what a waiting `to` names (a kept
+  // version someone asked for must still be there when its turn comes).
+  std::set<std::string> in_use = manager_.versions_in_use(kind);
+  std::vector<std::string> wanted;
+  for (const auto& p : it->second->queue) {
+    if (!p.to) continue;
+    std::string to = *p.to;
+    for (char& c : to) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (version_like(to)) wanted.push_back(std::move(to));
+  }
+  CodeStore* store = &*store_;
+  store_thread_->post([this, store, kind, in_use = std::move(in_use), wanted = std::move(wanted),
+                       alive = alive_](std::stop_token) mutable {
+    for (const auto& v : store->versions(kind))
+      for (const auto& to : wanted)
+        if (v.compare(0, to.size(), to) == 0) in_use.insert(v);
+    auto r = store->collect(kind, kKeepVersions, in_use);
+    return std::function<void()>([this, alive, kind, r = std::move(r)] {
+      if (*alive && !r)
+        log_.warn("code_collect_failed", "kind={} error=\"{}\"", kind, r.error().reason);
+    });
+  });
 }
 
 void Rollouts::finish(const std::string& kind, const RolloutReport* report,
@@ -194,9 +291,11 @@ void Rollouts::finish(const std::string& kind, const RolloutReport* report,
   auto it = runs_.find(kind);
   if (it == runs_.end()) return;
   KindRuns& runs = *it->second;
-  if (report && store_)
-    if (auto r = store_->collect(kind, kKeepVersions, manager_.versions_in_use(kind)); !r)
-      log_.warn("code_collect_failed", "kind={} error=\"{}\"", kind, r.error().reason);
+  if (refusal)
+    log_.warn("rollout_refused", "kind={} code={} error=\"{}\"", kind,
+              refusal->error.value("code", ""), refusal->error.value("message", ""));
+  // After a refused snapshot too: it may have stored a version that never became current.
+  collect(kind);
   auto waiters = std::move(runs.current);
   runs.current.clear();
   runs.running = false;

@@ -58,8 +58,9 @@ def worker_command(kind):
 
 
 class CodeSet:
-    """A set of a kind's code in a plain directory, with its version and `scripts` as the manager
-    computes them (docs/worker-protocol.md, "Code and reload")."""
+    """A set of a kind's code in a plain directory, with its version, `scripts` and manifest as the
+    manager computes them (docs/worker-protocol.md, "Code and reload"): `start` and `reload` send
+    it by reference (`code.manifest`), as the manager does."""
 
     _names = itertools.count()
 
@@ -76,13 +77,16 @@ class CodeSet:
             self.scripts.append({"path": path, "digest": hashlib.sha256(data).hexdigest()})
         lines = b"".join(f"{s['path']}\0{s['digest']}\n".encode() for s in self.scripts)
         self.version = hashlib.sha256(lines).hexdigest()
+        self.manifest = self.dir + ".json"
+        with open(self.manifest, "w") as f:
+            json.dump({"version": self.version, "files": self.scripts}, f)
 
     def code(self):
-        return {"version": self.version, "dir": self.dir}
+        return {"version": self.version, "dir": self.dir, "manifest": self.manifest}
 
 
 def reload_message(rid, code_set):
-    return {"type": "reload", "id": rid, "scripts": code_set.scripts, "code": code_set.code()}
+    return {"type": "reload", "id": rid, "code": code_set.code()}
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -165,7 +169,7 @@ class FakeManager:
 
     def send_start(self):
         msg = {"type": "start", "address": self.address, "start": self.start_data,
-               "scripts": self.code.scripts if self.code else [], "lock": self.lock}
+               "lock": self.lock}
         if self.code:
             msg["code"] = self.code.code()
         self.send(msg)
@@ -502,6 +506,45 @@ def test_start_with_code_serves_its_version(managers, code_set):
     # A kind without code: no version, no hello.
     plain = managers(name="plain", address="doc:43").start_ready()
     assert_serves(plain, None, None)
+
+
+def test_a_set_of_thousands_of_files_comes_from_its_manifest(managers, code_set):
+    files = {f"lib/m{i:04}.py": f"x = {i}\n" for i in range(3000)}
+    files["hello.txt"] = "many"
+    big = code_set(files)
+    m = managers(code=code_set({"hello.txt": "one"})).start_ready()
+    m.send_reload(1, big)
+    assert_reloaded(m.expect_skipping_idle("reloaded"), 1, big)
+    assert_serves(m, big, "many")
+    assert m.get_json("/start")["scripts"] == big.scripts
+    # Started on it, too.
+    fresh = managers(code=big, name="fresh", address="doc:44").start_ready()
+    assert fresh.get_json("/start")["scripts"] == big.scripts
+
+
+def test_a_manifest_that_cannot_be_read_fails_the_reload_or_the_start(managers, code_set):
+    v1, v2 = code_set({"hello.txt": "one"}), code_set({"hello.txt": "two"})
+    m = managers(code=v1).start_ready()
+    os.unlink(v2.manifest)
+    m.send_reload(1, v2)
+    reply = m.expect_skipping_idle("reloaded")
+    assert reply["id"] == 1 and reply["version"] == v2.version, reply
+    assert reply["error"]["code"] == "code_manifest_failed", reply
+    assert_serves(m, v1, "one")  # the old set stays
+    broken = managers(code=v2, name="broken", address="doc:45").spawn()
+    broken.send_start()
+    msg = broken.recv()
+    assert msg and msg["type"] == "fatal" and msg["error"]["code"] == "code_manifest_failed", msg
+
+
+def test_inline_scripts_of_an_older_manager_still_work(managers, code_set):
+    v1 = code_set({"hello.txt": "one"})
+    m = managers(code=v1).start_ready()
+    v2 = code_set({"hello.txt": "two"})
+    m.send({"type": "reload", "id": 1, "scripts": v2.scripts,
+            "code": {"version": v2.version, "dir": v2.dir}})
+    assert_reloaded(m.expect_skipping_idle("reloaded"), 1, v2)
+    assert m.get_json("/start")["scripts"] == v2.scripts
 
 
 def test_reload_answers_and_then_serves_the_new_set(managers, code_set):

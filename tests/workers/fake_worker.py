@@ -118,9 +118,19 @@ def serve(accept_after_ms):
                 pass
 
 
+def files_of(m):
+    """The set's files of a `start` or `reload`: its manifest's (`code.manifest`, the set sent by
+    reference) when there is one, else the inline `scripts`."""
+    manifest = (m.get("code") or {}).get("manifest")
+    if manifest:
+        with open(manifest) as f:
+            return json.load(f).get("files") or []
+    return m.get("scripts") or []
+
+
 def reload_plan(m, data):
     """What a `reload` does: (delay ms, action), action one of ok, fails, crashes, exits, never."""
-    names = [f.get("path", "") for f in m.get("scripts") or []]
+    names = [f.get("path", "") for f in files_of(m)]
     delay = data.get("reload_delay", 0)
     action = "ok" if data.get("reload", True) else "no_hook"
     for n in names:
@@ -153,7 +163,7 @@ def apply_reload(m, action):
     else:
         version = new
         reply["report"] = {"pid": os.getpid(), "version": new,
-                           "files": len(m.get("scripts") or [])}
+                           "files": len(files_of(m))}
     send(reply)
     event(f"reload_replied:{m['id']}")
 
