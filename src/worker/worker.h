@@ -19,7 +19,7 @@
 //      changed (the manager shows them as what holds the worker);
 //   4b. answers each `ping {id}` with `pong {id}` from the loop (issue 14): a loop stuck in a
 //      handler stops answering, and the manager stops the worker as unresponsive;
-//   5. applies each `reload {id, scripts, code}` (below) and answers `reloaded`;
+//   5. applies each `reload {id, code}` (below) and answers `reloaded`;
 //   6. stops on `shutdown`, SIGTERM/SIGINT, parent death or a lost control link (EOF on fd 3):
 //      stops accepting, lets running requests finish for at most half of force_exit_ms, runs the
 //      closers in reverse order of registration, and returns 0. If any of that hangs, the process
@@ -27,14 +27,16 @@
 //      the loop cannot hold it).
 //
 // Reloading in place (docs/worker-protocol.md, "Code and reload"): a rollout sends the kind's new
-// set of code. The library runs the application's reload hook with it on the loop, between two
-// events: requests in flight continue around it (none progresses while the hook itself runs, so
-// a hook should be quick: read the new files, swap what the routes use), and the worker counts as
-// busy meanwhile. Its return value is the `report` of `reloaded {id, version, report}`; a throw is
-// `reloaded {id, version, error: redact(e)}` (the original to stderr) and the worker keeps its old
-// code; without a hook the answer is the error `no_reload`. Reloads are applied one at a time in
-// arrival order; one that arrives before `ready` waits until `ready` was sent; during a stop they
-// are ignored. After a hook returns, code_version(), code_dir() and scripts() are the new set's.
+// set of code (by reference: the library reads its manifest first; one it cannot read is the
+// error `code_manifest_failed`). The library runs the application's reload hook with it on the
+// loop, between two events: requests in flight continue around it (none progresses while the
+// hook itself runs, so a hook should be quick: read the new files, swap what the routes use), and
+// the worker counts as busy meanwhile. Its return value is the `report` of `reloaded {id,
+// version, report}`; a throw is `reloaded {id, version, error: redact(e)}` (the original to
+// stderr) and the worker keeps its old code; without a hook the answer is the error `no_reload`.
+// Reloads are applied one at a time in arrival order; one that arrives before `ready` waits until
+// `ready` was sent; during a stop they are ignored. After a hook returns, code_version(),
+// code_dir() and scripts() are the new set's.
 //
 // WorkerContext::fatal() reports a redacted error and stops the same way with status 1: the
 // closers still run (they release what setup took), but nothing is served any more.
@@ -79,8 +81,9 @@ class WorkerContext {
   std::string_view address() const;          // "doc:42", from `start` (else CORRAL_ADDRESS)
   std::string_view state_dir() const;        // CORRAL_STATE_DIR ("" when unset)
   const nlohmann::json& start_data() const;  // `start.start`; null when the kind has none
-  // The code the worker runs: `start`'s `scripts` and `code`, then each reload's after its hook
-  // returned. Empty version and dir (and no scripts) for a kind without code.
+  // The code the worker runs: `start`'s `code` (its files read from `code.manifest`), then each
+  // reload's after its hook returned. Empty version and dir (and no scripts) for a kind without
+  // code.
   const nlohmann::json& scripts() const;  // [{"path","digest"}, ...]; an array, maybe empty
   std::string_view code_version() const;  // hex SHA-256 of the set
   std::string_view code_dir() const;      // the snapshot: read-only files, never the live dir
