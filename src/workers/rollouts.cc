@@ -110,8 +110,10 @@ Rollouts::Rollouts(core::EventLoop& loop, core::Logger& log, Manager& manager,
   }
   store_.emplace(std::move(s.value()));
   store_thread_ = std::move(t.value());
+#ifdef CORRAL_FAULT_INJECTION
   if (const char* hold = std::getenv("CORRAL_TEST_SNAPSHOT_HOLD"); hold && *hold)
     snapshot_hold_ = hold;
+#endif
 }
 
 Rollouts::~Rollouts() {
@@ -259,9 +261,9 @@ void Rollouts::start(const std::string& kind, core::Result<CodeSet> set,
   });
 }
 
-void Rollouts::collect(const std::string& kind) {
+void Rollouts::collect(const std::string& kind, std::function<void()> then) {
   auto it = runs_.find(kind);
-  if (!store_ || it == runs_.end()) return;
+  if (!store_ || it == runs_.end()) return then();
   // Kept besides the newest: what a live worker runs, and what a waiting `to` names (a kept
   // version someone asked for must still be there when its turn comes).
   std::set<std::string> in_use = manager_.versions_in_use(kind);
@@ -274,14 +276,15 @@ void Rollouts::collect(const std::string& kind) {
   }
   CodeStore* store = &*store_;
   store_thread_->post([this, store, kind, in_use = std::move(in_use), wanted = std::move(wanted),
-                       alive = alive_](std::stop_token) mutable {
+                       then = std::move(then), alive = alive_](std::stop_token) mutable {
     for (const auto& v : store->versions(kind))
       for (const auto& to : wanted)
         if (v.compare(0, to.size(), to) == 0) in_use.insert(v);
     auto r = store->collect(kind, kKeepVersions, in_use);
-    return std::function<void()>([this, alive, kind, r = std::move(r)] {
-      if (*alive && !r)
-        log_.warn("code_collect_failed", "kind={} error=\"{}\"", kind, r.error().reason);
+    return std::function<void()>([this, alive, kind, r = std::move(r), then = std::move(then)] {
+      if (!*alive) return;
+      if (!r) log_.warn("code_collect_failed", "kind={} error=\"{}\"", kind, r.error().reason);
+      then();
     });
   });
 }
@@ -290,25 +293,34 @@ void Rollouts::finish(const std::string& kind, const RolloutReport* report,
                       const RolloutRefusal* refusal) {
   auto it = runs_.find(kind);
   if (it == runs_.end()) return;
-  KindRuns& runs = *it->second;
   if (refusal)
     log_.warn("rollout_refused", "kind={} code={} error=\"{}\"", kind,
               refusal->error.value("code", ""), refusal->error.value("message", ""));
-  // After a refused snapshot too: it may have stored a version that never became current.
-  collect(kind);
-  auto waiters = std::move(runs.current);
-  runs.current.clear();
-  runs.running = false;
-  // The next run after this one's answers, on a later round (a waiter may queue another).
-  if (!runs.queue.empty())
-    loop_.defer([this, alive = alive_, kind] {
-      if (*alive) run_next(kind);
-    });
-  auto alive = alive_;
-  for (auto& done : waiters) {
-    if (!*alive) return;  // a waiter destroyed us
-    done(report, refusal);
-  }
+  // The answers once the store's work for this run is done (its history written, its old
+  // versions collected, after a refused snapshot too: it may have stored a version that never
+  // became current): `ctl kinds` right after `ctl rollout` lists what the report says.
+  std::optional<RolloutReport> kept_report;
+  std::optional<RolloutRefusal> kept_refusal;
+  if (report) kept_report = *report;
+  if (refusal) kept_refusal = *refusal;
+  collect(kind, [this, kind, report = std::move(kept_report), refusal = std::move(kept_refusal)] {
+    auto it = runs_.find(kind);
+    if (it == runs_.end()) return;
+    KindRuns& runs = *it->second;
+    auto waiters = std::move(runs.current);
+    runs.current.clear();
+    runs.running = false;
+    // The next run after this one's answers, on a later round (a waiter may queue another).
+    if (!runs.queue.empty())
+      loop_.defer([this, alive = alive_, kind] {
+        if (*alive) run_next(kind);
+      });
+    auto alive = alive_;
+    for (auto& done : waiters) {
+      if (!*alive) return;  // a waiter destroyed us
+      done(report ? &*report : nullptr, refusal ? &*refusal : nullptr);
+    }
+  });
 }
 
 core::Result<void> Rollouts::watch(uint32_t settle_ms) {

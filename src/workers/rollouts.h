@@ -84,15 +84,17 @@ class Rollouts {
   void start(const std::string& kind, core::Result<CodeSet> set,
              const std::optional<std::string>& to);
   void finish(const std::string& kind, const RolloutReport* report, const RolloutRefusal* refusal);
-  void collect(const std::string& kind);
+  // Collects the kind's old versions on the store's thread, then runs `then` on the loop.
+  void collect(const std::string& kind, std::function<void()> then);
 
   core::EventLoop& loop_;
   core::Logger& log_;
   Manager& manager_;
   std::optional<CodeStore> store_;
   std::unique_ptr<CodeStoreThread> store_thread_;  // the store's work (set with store_)
-  // CORRAL_TEST_SNAPSHOT_HOLD (tests only): while this file exists, a snapshot holds after each
-  // file's copy, so a test can act while one is surely under way.
+  // CORRAL_TEST_SNAPSHOT_HOLD (test builds only, CORRAL_FAULT_INJECTION): while this file
+  // exists, a snapshot holds after each file's copy, so a test can act while one is surely under
+  // way.
   std::string snapshot_hold_;
   std::map<std::string, std::unique_ptr<KindRuns>, std::less<>> runs_;
   std::map<std::string, std::unique_ptr<CodeWatcher>, std::less<>> watchers_;
