@@ -26,7 +26,6 @@ CodeStoreThread::~CodeStoreThread() {
 }
 
 void CodeStoreThread::post(Work work) {
-  ++pending_;
   {
     std::lock_guard lock(mutex_);
     queue_.push_back(std::move(work));
@@ -63,7 +62,6 @@ void CodeStoreThread::on_io(uint32_t) {
     std::lock_guard lock(mutex_);
     results.swap(results_);
   }
-  pending_ -= results.size();
   // A result may destroy this object (its owner closing): nothing of it is used after that.
   for (auto& result : results)
     if (result) result();

@@ -39,8 +39,6 @@ class CodeStoreThread final : public core::IoHandler {
 
   // Queues `work` behind the tasks posted before it.
   void post(Work work);
-  // Tasks posted and not yet delivered (queued, running, or their result waiting for the loop).
-  size_t pending() const { return pending_; }
 
   void on_io(uint32_t events) override;
 
@@ -50,7 +48,6 @@ class CodeStoreThread final : public core::IoHandler {
 
   core::EventLoop& loop_;
   core::UniqueFd wake_;  // eventfd: written by the thread when a result is ready
-  size_t pending_ = 0;   // the loop's count
 
   std::mutex mutex_;  // guards the two lists
   std::condition_variable_any ready_;
