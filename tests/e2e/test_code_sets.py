@@ -11,11 +11,14 @@ the Python example worker; docs/deploying.md, docs/worker-protocol.md):
   * a snapshot that is refused (a FIFO in the directory) is logged `rollout_refused` with its
     reason, changes nothing, and `corral check` names it beforehand;
   * a kept version that a waiting `--to` names is still there when its turn comes, although the
-    rollout before it pushed it out of the last five.
+    rollout before it pushed it out of the last five;
+  * SIGTERM while a snapshot is under way: the snapshot's thread is stopped and joined, corral
+    exits 0.
 """
 import http.client
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -204,3 +207,23 @@ def test_a_version_a_waiting_rollout_names_is_kept(corral, tmp_path):
                 p.kill()
     assert c.version() == oldest
     assert c.code_of("1")["hello"] == "v0"
+
+
+def test_a_stop_during_a_snapshot_ends_it_and_exits(corral, tmp_path):
+    hold = tmp_path / "hold-snapshot"
+    c = corral({"hello.txt": "one"}, env={"CORRAL_TEST_SNAPSHOT_HOLD": str(hold)})
+    c.code_of("1")
+    hold.write_text("")
+    (c.code / "hello.txt").write_text("two")
+    roll = c.spawn_rollout()
+    try:
+        c.srv.wait_log(r"rollout_snapshot kind=doc", timeout=30 * SLOW)
+        # The snapshot holds for as long as the file exists: only the stop can end it.
+        c.srv.signal(signal.SIGTERM)
+        assert c.srv.wait_exit(timeout=30 * SLOW) == 0, c.srv.log()[-3000:]
+        roll.communicate(timeout=30 * SLOW)
+    finally:
+        if roll.poll() is None:
+            roll.kill()
+    assert "rollout_snapshot_done" not in c.srv.log()
+    assert "ERROR: AddressSanitizer" not in c.srv.log()
