@@ -48,6 +48,7 @@ int serve_single(core::Logger& log, const Options& options) {
   if (options.listen.port() != 0) {
     auto c = fanout::claim_listen("tcp", options.listen);
     if (!c) return listen_problem(log, options.listen, c.error());
+    c.value()->report(log);
     run.on_loop = [claim = std::move(c.value())](core::EventLoop& loop) {
       return std::make_shared<ClaimWatch>(claim, loop);
     };

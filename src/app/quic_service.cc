@@ -23,6 +23,7 @@ std::unique_ptr<QuicService> QuicService::create(core::Logger& log, const Genera
     status = listen_problem(log, tls_address, sockets.error());
     return nullptr;
   }
+  fanout::report_claims(log, sockets->claims);
   std::unique_ptr<QuicService> q(new QuicService);
   q->sockets_ = std::make_shared<fanout::QuicSockets>(std::move(sockets.value()));
   std::vector<std::vector<int>> groups;

@@ -49,6 +49,7 @@ int Supervision::run() {
   auto listeners = fanout::make_listeners(wanted_addresses(o), processes_);
   if (!listeners) return listen_problem(log_, o.listen, listeners.error());
   auto set = std::make_shared<fanout::ListenerSet>(std::move(listeners.value()));
+  fanout::report_claims(log_, set->claims);
   log_.info("listening", "address={} processes={} pin={}", set->addresses.front().to_string(),
             processes_, o.pin);
   log_listening(log_, *set);
@@ -121,6 +122,7 @@ bool Supervision::reload(std::shared_ptr<fanout::ListenerSet>& set, fanout::Chil
       return false;
     }
     set = std::make_shared<fanout::ListenerSet>(std::move(fresh_set.value()));
+    fanout::report_claims(log_, set->claims);
     log_.info("listening", "address={}", set->addresses.front().to_string());
     log_listening(log_, *set);
   }

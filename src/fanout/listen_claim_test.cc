@@ -1,8 +1,13 @@
 #include "fanout/listen_claim.h"
 
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstddef>
+#include <cstring>
 
 #include <string>
 
@@ -83,6 +88,124 @@ TEST(ListenClaim, AClaimHeldByAForkedChildNamesTheChild) {
       << mine.error().reason;
   // Its claim died with it (SIGKILL: nothing to clean up).
   EXPECT_TRUE(claim_listen("tcp", addr));
+}
+
+// How another user's process holds an abstract name.
+enum class Squat { kListening, kBoundOnly, kBacklogFull };
+
+// Forks a process of uid/gid 65534 (nobody) that binds the abstract `name` the way `how` says,
+// then waits to be killed; returns its pid once the name is bound. Needs root (setresuid).
+pid_t squat(const std::string& name, Squat how) {
+  int ready[2];
+  if (pipe(ready) != 0) return -1;
+  pid_t child = fork();
+  if (child != 0) {
+    close(ready[1]);
+    char b = 0;
+    bool ok = read(ready[0], &b, 1) == 1 && b == 'y';
+    close(ready[0]);
+    if (!ok && child > 0) {
+      kill(child, SIGKILL);
+      waitpid(child, nullptr, 0);
+      return -1;
+    }
+    return child;
+  }
+  char b = 'n';
+  sockaddr_un sun{};
+  sun.sun_family = AF_UNIX;
+  std::memcpy(sun.sun_path + 1, name.data(), name.size());
+  auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  // The socket is made after the switch: its owner (what sock_diag reports) is then nobody too.
+  int fd = -1;
+  if (setresgid(65534, 65534, 65534) == 0 && setresuid(65534, 65534, 65534) == 0 &&
+      (fd = socket(AF_UNIX, SOCK_STREAM, 0)) >= 0 &&
+      bind(fd, reinterpret_cast<sockaddr*>(&sun), len) == 0) {
+    b = 'y';
+    if (how != Squat::kBoundOnly && listen(fd, 0) != 0) b = 'n';
+    // A backlog of 0 holds one connection: this one fills it, and nobody accepts it.
+    if (how == Squat::kBacklogFull && connect(socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0),
+                                              reinterpret_cast<sockaddr*>(&sun), len) != 0)
+      b = 'n';
+  }
+  (void)!write(ready[1], &b, 1);
+  pause();
+  _exit(0);
+}
+
+// Kills and reaps the squatter when the test ends, failed or not.
+struct Squatter {
+  pid_t pid;
+  explicit Squatter(pid_t p) : pid(p) {}
+  Squatter(const Squatter&) = delete;
+  Squatter& operator=(const Squatter&) = delete;
+  ~Squatter() { end(); }
+  void end() {
+    if (pid <= 0) return;
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    pid = 0;
+  }
+};
+
+TEST(ListenClaim, AClaimOfAnotherUserDoesNotKeepUsOut) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run a process of another uid";
+  for (Squat how : {Squat::kListening, Squat::kBoundOnly, Squat::kBacklogFull}) {
+    SCOPED_TRACE(static_cast<int>(how));
+    auto addr = free_port();
+    Squatter squatter(squat("corral-listen-tcp-" + addr.to_string(), how));
+    pid_t other = squatter.pid;
+    ASSERT_GT(other, 0);
+    auto mine = claim_listen("tcp", addr);
+    ASSERT_TRUE(mine) << mine.error().reason;
+    ASSERT_TRUE(mine.value()->foreign());
+    EXPECT_EQ(mine.value()->foreign()->uid, 65534u);
+    // The pid is read from a listener that takes the probe's connection only.
+    EXPECT_EQ(mine.value()->foreign()->pid, how == Squat::kListening ? other : 0);
+    // Claimed under this user's own name: a second claim of ours is still refused, by pid.
+    EXPECT_TRUE(mine.value()->exclusive());
+    auto second = claim_listen("tcp", addr);
+    ASSERT_FALSE(second);
+    EXPECT_EQ(second.error().reason, "listen " + addr.to_string() +
+                                         " (tcp) is held by another corral (pid " +
+                                         std::to_string(getpid()) + ")");
+  }
+}
+
+TEST(ListenClaim, BothNamesHeldByAnotherUserLeaveTheClaimNotExclusive) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run a process of another uid";
+  auto addr = free_port();
+  std::string base = "corral-listen-tcp-" + addr.to_string();
+  Squatter a(squat(base, Squat::kListening));
+  Squatter b(squat(base + "-uid" + std::to_string(geteuid()), Squat::kBoundOnly));
+  ASSERT_GT(a.pid, 0);
+  ASSERT_GT(b.pid, 0);
+  auto mine = claim_listen("tcp", addr);
+  ASSERT_TRUE(mine) << mine.error().reason;
+  EXPECT_FALSE(mine.value()->exclusive());
+  ASSERT_TRUE(mine.value()->foreign());
+  EXPECT_EQ(mine.value()->foreign()->pid, a.pid);
+  core::EventLoop loop;
+  mine.value()->watch(loop);  // nothing to watch
+  mine.value()->unwatch();
+}
+
+TEST(ListenClaim, AClaimOfOurOwnUserThatTakesNoConnectionIsStillRefused) {
+  // Bound but not listening (a corral between its bind and its listen): the kernel's socket
+  // diagnostics say it is ours.
+  auto addr = free_port();
+  std::string name = "corral-listen-tcp-" + addr.to_string();
+  sockaddr_un sun{};
+  sun.sun_family = AF_UNIX;
+  std::memcpy(sun.sun_path + 1, name.data(), name.size());
+  core::UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ASSERT_EQ(bind(fd.get(), reinterpret_cast<sockaddr*>(&sun),
+                 static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size())),
+            0);
+  auto mine = claim_listen("tcp", addr);
+  ASSERT_FALSE(mine);
+  EXPECT_EQ(mine.error().code, kErrorClaimed);
+  EXPECT_EQ(mine.error().reason, "listen " + addr.to_string() + " (tcp) is held by another corral");
 }
 
 TEST(ListenClaim, ListenersAndQuicSocketsClaimTheirAddresses) {

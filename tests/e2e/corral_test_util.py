@@ -2,10 +2,10 @@
 
 Raw HTTP/1.1 reads on a socket (a response, a head, a pipelined sequence), reading until the peer
 closes and checking that it does, polling for a condition with a deadline, the supervisor's control
-socket and `corral ctl`, /proc lookups (alive, RSS), a free TCP+UDP port. Plain functions with no
-pytest fixtures, so tests outside tests/e2e import this file by a sys.path insert; conftest.py keeps
-the fixtures that start servers. Every wait takes its bound from the caller (each test keeps its own
-timeout); none sleeps where it can read an event.
+socket and `corral ctl`, /proc lookups (alive, RSS), a free TCP+UDP port, and ceiling() for the
+bound of a wait. Plain functions with no pytest fixtures, so tests outside tests/e2e import this
+file by a sys.path insert; conftest.py keeps the fixtures that start servers. Every wait takes its
+bound from the caller (each test keeps its own timeout); none sleeps where it can read an event.
 """
 import json
 import os
@@ -14,6 +14,22 @@ import subprocess
 import time
 
 CORRAL_BIN = os.environ.get("CORRAL_BIN", "build/debug/corral")
+
+# --- bounds of waits ----------------------------------------------------------------------------
+
+# The tests run on sanitized builds (CORRAL_SANITIZED=1, set by tests/CMakeLists.txt for the
+# asan-ubsan preset) on machines as small and busy as 2 shared cores: there a bare `corral --help`
+# once took over 10 s. A ceiling is a bound that a healthy run never comes near, so scaling it
+# costs nothing when things work; CORRAL_TIME_SCALE overrides the factor.
+SANITIZED = os.environ.get("CORRAL_SANITIZED") == "1"
+TIME_SCALE = float(os.environ.get("CORRAL_TIME_SCALE") or (4 if SANITIZED else 1))
+
+
+def ceiling(seconds):
+    """The bound of a wait (a subprocess, an exit, a log line) of `seconds` on a plain build,
+    scaled for sanitized builds. Not for bounds a test asserts as a property ("answers within
+    0.5 s"): those say what they measure."""
+    return seconds * TIME_SCALE
 
 
 # --- polling ------------------------------------------------------------------------------------

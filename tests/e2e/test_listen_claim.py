@@ -6,17 +6,24 @@ files. Now each listen address (TCP, and QUIC's UDP port) is claimed by an abstr
 named after it (src/fanout/listen_claim.h): a second instance refuses to start, exit 75
 (EX_TEMPFAIL), naming the address and the first one's pid, and the first keeps serving. A SIGHUP
 reload of the first keeps its claim; once it stops, the address is free again.
+
+Any local user can bind an abstract name: a process of another uid holding the claim's name
+(listening, merely bound, or with its backlog full) used to stop corral from starting, exit 75
+naming that process (issue 21). It is logged and passed over now: the claim takes a name of the
+running user's own, so two corrals of that user still refuse each other.
 """
 import os
+import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 
 import pytest
 
-from conftest import CORRAL_BIN
-from corral_test_util import poll
+from conftest import CORRAL_BIN, Server
+from corral_test_util import ceiling, free_port, poll
 from test_fanout import Fanout, get
 
 EX_TEMPFAIL = 75
@@ -144,3 +151,97 @@ def test_reload_onto_an_address_another_instance_holds_is_refused(server_factory
         proc.terminate()
         assert proc.wait(timeout=10) == 0
     assert get(other_fo.srv, "/")[0] == 200
+
+
+# A process of another user holding an abstract name: "listen" (it accepts nothing), "bind" (bound,
+# not listening: a probe's connection is refused) or "full" (a backlog of 0 that its own
+# connection fills: a probe's connection fails with EAGAIN).
+SQUAT = r"""
+import socket, sys
+name, how = b"\0" + sys.argv[1].encode(), sys.argv[2]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(name)
+if how != "bind":
+    s.listen(0)
+if how == "full":
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    c.setblocking(False)
+    c.connect(name)
+print("bound", flush=True)
+sys.stdin.read()
+"""
+NOBODY = 65534
+
+
+def squat(name, how):
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to run a process of another uid")
+    p = subprocess.Popen(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+                          sys.executable, "-c", SQUAT, name, how], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline() == "bound\n"
+    return p
+
+
+def release(p):
+    p.stdin.close()
+    p.wait(timeout=ceiling(10))
+
+
+def serve_on(addr, *args, cwd):
+    """`corral serve --listen ADDR ARGS` from `cwd`, once it listens (a conftest Server)."""
+    log_path = os.path.join(cwd, "serve.log")
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([os.path.abspath(CORRAL_BIN), "serve", "--no-access-log",
+                                 "--listen", addr, *args], cwd=cwd, stdout=log, stderr=log,
+                                stdin=subprocess.DEVNULL)
+    srv = Server(proc, "127.0.0.1", int(addr.rsplit(":", 1)[1]), log_path)
+    poll(lambda: "listening address=" in srv.log() or proc.poll() is not None, ceiling(20),
+         what="corral listening", detail=srv.log)
+    if proc.poll() is not None:
+        raise AssertionError(f"corral exited with {proc.returncode}:\n{srv.log()}")
+    return srv
+
+
+def test_a_claim_held_by_another_user_does_not_stop_corral(dirs):
+    addr = f"127.0.0.1:{free_port()}"
+    here = dirs()
+    www = os.path.join(here, "www")
+    os.mkdir(www)
+    with open(os.path.join(www, "index.html"), "w") as f:
+        f.write("<p>here</p>\n")
+    # One process serving a directory: it claims the address before it binds it.
+    for how in ("listen", "bind", "full"):
+        other = squat(f"corral-listen-tcp-{addr}", how)
+        srv = None
+        try:
+            srv = serve_on(addr, www, cwd=here)
+            assert get(srv, "/")[0] == 200
+            pid = other.pid if how == "listen" else "unknown"  # only a listener takes the probe
+            srv.wait_log(rf"warn listen_claim_foreign claim=tcp-{re.escape(addr)} "
+                         rf"holder_uid={NOBODY} holder_pid={pid} exclusive=yes",
+                         timeout=ceiling(5))
+        finally:
+            if srv:
+                srv.stop()
+            release(other)
+        assert srv.proc.returncode == 0, srv.log()
+
+    # A supervisor too; and the claim still does its job: it was taken under this user's own
+    # name, so a second corral of this user on the address is refused, naming the first.
+    other = squat(f"corral-listen-tcp-{addr}", "listen")
+    srv = None
+    try:
+        state = dirs()
+        srv = serve_on(addr, "--processes", "2", "--state-dir", state, cwd=state)
+        fo = Fanout(srv, state)
+        fo.wait_running(timeout=ceiling(10))
+        assert get(srv, "/")[0] == 200
+        srv.wait_log(r"listen_claim_foreign .*exclusive=yes", timeout=ceiling(5))
+        code, err = second("--listen", addr, "--processes", "2", cwd=dirs())
+        assert code == EX_TEMPFAIL and f"(pid {srv.proc.pid})" in err, err
+        assert get(srv, "/")[0] == 200
+    finally:
+        if srv:
+            srv.stop()
+        release(other)
