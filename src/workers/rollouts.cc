@@ -138,11 +138,9 @@ void Rollouts::rollout(const std::string& kind, std::optional<std::string> to, D
         409,
         "The worker kind '" + kind + "' has no code to roll out (set [workers." + kind + "] code).",
         "no_code"));
-  if (runs.running) {
-    // `to` as given only when it looks like a version: the log line stays one line.
-    std::string target = !to ? "directory" : version_like(*to) ? *to : "not-a-version";
-    log_.info("rollout_queued", "kind={} to={} (after the rollout under way)", kind, target);
-  }
+  if (runs.running)
+    log_.info("rollout_queued", "kind={} to={} (after the rollout under way)", kind,
+              to ? *to : std::string("directory"));
   // A run of the same target queued last (a burst of saved files, a second click) is the one
   // this call waits for: it starts after this call, so it sees what this call wanted.
   if (!runs.queue.empty() && runs.queue.back().to == to) {
