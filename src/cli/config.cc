@@ -309,10 +309,10 @@ void read_worker_kind(Reader& r, std::string_view name, const toml::table& t,
                               ": a kind name is letters, digits, '-' and '_'");
   r.check_unknown(
       t, prefix,
-      {"command", "env", "routes", "idle", "start_timeout", "stop_grace", "max_workers", "code",
-       "reload", "reload_timeout", "response_timeout", "heartbeat", "spares",
-       /* Containment: */ "memory_max", "pids_max", "cpu_weight", "log_max_size", "log_keep",
-       /* Streamed request bodies: */ "max_body"});
+      {"command",          "env",         "routes",       "idle",          "start_timeout",
+       "stop_grace",       "max_workers", "code",         "reload",        "reload_timeout",
+       "response_timeout", "heartbeat",   "spares",       "ready_timeout", "memory_max",
+       "pids_max",         "cpu_weight",  "log_max_size", "log_keep",      "max_body"});
   auto strings = [&](const char* key, std::vector<std::string>& out) {
     auto* n = t.get(key);
     if (!n) return;
@@ -344,6 +344,14 @@ void read_worker_kind(Reader& r, std::string_view name, const toml::table& t,
   };
   duration("idle", k.idle_ms);
   duration("start_timeout", k.start_timeout_ms);
+  if (t.get("ready_timeout")) {  // unset: 3 x start_timeout (workers::KindConfig)
+    size_t problems = errors.problems.size();
+    uint32_t ms = 0;
+    duration("ready_timeout", ms);
+    if (errors.problems.size() == problems && ms == 0)
+      errors.problems.push_back(prefix + "ready_timeout: must be more than 0");
+    k.ready_timeout_ms = ms;
+  }
   duration("stop_grace", k.stop_grace_ms);
   r.integer(t, prefix, "max_workers", k.max_workers, 1, 1'000'000);
   r.integer(t, prefix, "spares", k.spares, 0, 1'000);

@@ -25,6 +25,7 @@ struct WorkerKind {
   std::vector<std::string> routes;  // "/doc/{id}/*": requests matching it go to "doc:{id}"
   uint32_t idle_ms = 300'000;
   uint32_t start_timeout_ms = 60'000;
+  uint32_t ready_timeout_ms = 0;  // `started` -> `ready`; 0: 3 x start_timeout (the manager's)
   uint32_t stop_grace_ms = 5'000;
   uint32_t max_workers = 0;  // live workers of this kind; 0: only the global bound
   uint32_t spares = 0;       // warm spares kept launched (issue 14, process-model.md)

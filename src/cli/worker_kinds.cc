@@ -14,6 +14,7 @@ std::vector<workers::KindConfig> kind_configs(const std::vector<WorkerKind>& kin
     c.routes = k.routes;
     c.idle_ms = k.idle_ms;
     c.start_timeout_ms = k.start_timeout_ms;
+    c.ready_timeout_ms = k.ready_timeout_ms;
     c.stop_grace_ms = k.stop_grace_ms;
     c.max_workers = k.max_workers;
     c.spares = k.spares;

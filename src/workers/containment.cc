@@ -236,10 +236,36 @@ bool ended_by_memory_limit(const ExitCause& cause, const nlohmann::json& failed,
   return code != failed.end() && code->is_string() && code->get<std::string>() == "memory_limit";
 }
 
+bool tasks_rlimit_is_per_worker() {
+  if (getuid() != 0) return false;
+  auto map = read_text("/proc/self/uid_map");
+  if (!map) return false;
+  std::string first = map->substr(0, map->find('\n'));
+  auto f = fields(first);
+  return map->find('\n') + 1 == map->size() && f.size() == 3 && f[0] == "0" && f[1] == "0" &&
+         f[2] == "4294967295";
+}
+
+namespace {
+
+// What rlimits mode does with pids_max, in words (the warning's and the docs').
+std::string tasks_summary(bool tasks_rlimit) {
+  return tasks_rlimit ? "pids_max as RLIMIT_NPROC (it binds a worker that switches to a uid of "
+                        "its own and counts every task of that uid; a worker that stays root is "
+                        "not bound)"
+                      : "pids_max not applied (RLIMIT_NPROC would count every task of corral's "
+                        "uid: the supervisor's and all workers' together)";
+}
+
+}  // namespace
+
 std::unique_ptr<Containment> Containment::rlimits_only() {
   std::unique_ptr<Containment> c(new Containment());
   c->remove_group_ = [](const std::string& dir) { return ::rmdir(dir.c_str()); };
-  c->summary_ = "rlimits: memory_max as RLIMIT_AS, pids_max and cpu_weight not applied";
+  c->tasks_rlimit_ = tasks_rlimit_is_per_worker();
+  c->summary_ = "rlimits: memory_max as RLIMIT_AS, " + tasks_summary(c->tasks_rlimit_) +
+                ", cpu_weight not "
+                "applied";
   return c;
 }
 
@@ -262,9 +288,10 @@ std::unique_ptr<Containment> Containment::create(core::Logger& log, Options opti
              c->summary_);
     return c;
   }
+  c->tasks_rlimit_ = tasks_rlimit_is_per_worker();
   c->summary_ = "cgroup v2 not delegated here (" + r.error().reason +
-                "); using rlimits: memory_max as RLIMIT_AS (address space), pids_max not applied "
-                "(RLIMIT_NPROC counts the whole user), cpu_weight not applied";
+                "); using rlimits: memory_max as RLIMIT_AS (address space), " +
+                tasks_summary(c->tasks_rlimit_) + ", cpu_weight not applied";
   log.warn("workers_containment", "mode=rlimits reason=\"{}\"", c->summary_);
   return c;
 }
@@ -349,6 +376,10 @@ core::Result<Confinement> Containment::prepare(std::string_view address, const L
       c.limit_memory = true;
       c.memory.rlim_cur = c.memory.rlim_max = static_cast<rlim_t>(limits.memory_max);
     }
+    if (limits.pids_max && tasks_rlimit_) {
+      c.limit_tasks = true;
+      c.tasks.rlim_cur = c.tasks.rlim_max = static_cast<rlim_t>(limits.pids_max);
+    }
     return c;
   }
   retry_removals();
@@ -404,6 +435,10 @@ bool Containment::enter(const Confinement& c, const char** what) {
   }
   if (c.limit_memory && setrlimit(RLIMIT_AS, &c.memory) != 0) {
     *what = "setrlimit(RLIMIT_AS)";
+    return false;
+  }
+  if (c.limit_tasks && setrlimit(RLIMIT_NPROC, &c.tasks) != 0) {
+    *what = "setrlimit(RLIMIT_NPROC)";
     return false;
   }
   return true;

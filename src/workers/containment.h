@@ -21,11 +21,16 @@
 //    emptied (cgroup.kill) and removed; memory.events' oom_kill, compared with its value at the
 //    start, tells a death by the memory limit.
 //  * rlimits, otherwise: memory_max becomes RLIMIT_AS (the address space, a looser bound than
-//    memory.max: a runtime's reserved virtual memory counts, so leave it room), pids_max is not
-//    applied (RLIMIT_NPROC counts every process of the user, not the worker's), cpu_weight is not
-//    applied. Only the worker sees an allocation fail, so a death by the limit is the worker's
-//    own report: a `fatal` whose error has code "memory_limit" (what a worker library sends when
-//    an allocation fails: std::bad_alloc, MemoryError) from a worker of a kind with memory_max.
+//    memory.max: a runtime's reserved virtual memory counts, so leave it room); cpu_weight is not
+//    applied. pids_max becomes RLIMIT_NPROC only when corral runs as root of the initial user
+//    namespace (tasks_rlimit_is_per_worker()): the kernel counts RLIMIT_NPROC over every task of
+//    the real uid and exempts root, so there it binds a worker that switches to a uid of its own
+//    (and counts that uid's tasks), and leaves a worker that stays root unbound; run as any other
+//    user, every worker shares corral's uid with the supervisor and each other, and the limit
+//    would count them all, so it is not applied. Only the worker sees an allocation fail, so a
+//    death by the memory limit is the worker's own report: a `fatal` whose error has code
+//    "memory_limit" (what a worker library sends when an allocation fails: std::bad_alloc,
+//    MemoryError) from a worker of a kind with memory_max.
 //
 // Either way an address whose worker its memory limit ended is `failed` with the public error
 // memory_limit_error() (reason "memory limit").
@@ -89,6 +94,12 @@ nlohmann::json memory_limit_error();
 bool ended_by_memory_limit(const ExitCause& cause, const nlohmann::json& failed,
                            const Limits& limits);
 
+// Whether RLIMIT_NPROC may stand for pids_max: this process runs as uid 0 of the initial user
+// namespace (/proc/self/uid_map maps all of it to itself). Root's own tasks are exempt from it, so
+// it binds only a worker that switches to another uid, and counts that uid's tasks alone; for any
+// other user it would count the supervisor's and every worker's tasks together.
+bool tasks_rlimit_is_per_worker();
+
 // One launch's containment, made before the fork; the child applies it with enter().
 struct Confinement {
   core::UniqueFd procs;  // the worker's group's cgroup.procs (cgroup mode)
@@ -96,6 +107,8 @@ struct Confinement {
   uint64_t oom_kills = 0;
   bool limit_memory = false;  // rlimits mode: RLIMIT_AS
   rlimit memory{};
+  bool limit_tasks = false;  // rlimits mode as root: RLIMIT_NPROC (tasks_rlimit_is_per_worker)
+  rlimit tasks{};
 };
 
 class Containment {
@@ -149,7 +162,8 @@ class Containment {
   Mode mode_ = Mode::rlimits;
   std::string summary_;
   std::string group_dir_, workers_dir_;
-  bool cpu_ = false;  // the cpu controller is enabled for the workers' groups
+  bool cpu_ = false;           // the cpu controller is enabled for the workers' groups
+  bool tasks_rlimit_ = false;  // rlimits mode: pids_max as RLIMIT_NPROC
   std::function<int(const std::string&)> remove_group_;
   struct Group {
     std::string dir;

@@ -266,10 +266,22 @@ TEST_F(ContainmentTest, NoControllersFallsBackToRlimitsWithOneWarning) {
   EXPECT_NE(c->summary().find("cgroup v2 not delegated here"), std::string::npos);
   EXPECT_NE(c->summary().find("offers no memory and pids controllers"), std::string::npos);
   EXPECT_NE(c->summary().find("memory_max as RLIMIT_AS"), std::string::npos);
-  EXPECT_NE(c->summary().find("pids_max not applied"), std::string::npos);
+  // pids_max is RLIMIT_NPROC only where that counts one worker's tasks
+  // (tasks_rlimit_is_per_worker).
+  const bool nproc = tasks_rlimit_is_per_worker();
+  EXPECT_NE(c->summary().find(nproc ? "pids_max as RLIMIT_NPROC" : "pids_max not applied"),
+            std::string::npos)
+      << c->summary();
   EXPECT_NE(c->summary().find("cpu_weight not applied"), std::string::npos);
   EXPECT_FALSE(fs::exists(group_ + "/corral-workers"));
   EXPECT_EQ(slurp(group_ + "/cgroup.subtree_control"), "");
+  auto conf = c->prepare("doc:1", {64 << 20, 32, 0});
+  ASSERT_TRUE(conf.ok());
+  EXPECT_TRUE(conf->limit_memory);
+  EXPECT_EQ(conf->limit_tasks, nproc);
+  if (nproc) {
+    EXPECT_EQ(conf->tasks.rlim_cur, 32u);
+  }
 }
 
 TEST_F(ContainmentTest, AGroupNotWritableFallsBack) {

@@ -79,7 +79,7 @@ struct ChildFds {
   int fds[5];
 };
 
-// In the child, after fork(): confined, in its own process group, with the normal scheduling
+// In the child, after fork(): confined, in its own session, a subreaper, with the normal scheduling
 // policy, clean signals and exactly descriptors 0-4; then the command (or the in-process
 // function). Never returns.
 [[noreturn]] void become_worker(const LaunchSpec& spec, const Confinement& confinement,
@@ -87,7 +87,13 @@ struct ChildFds {
   // First of all: the worker's group (so all it forks is inside too) and its rlimits.
   const char* step = nullptr;
   if (!Containment::enter(confinement, &step)) child_fail(step);
-  setpgid(0, 0);
+  // A session of its own (and so a process group of its own, both its pid): nothing the worker
+  // starts can join the supervisor's session or process group, which is how the supervisor tells
+  // a worker's orphans from its own children (orphans.h).
+  if (setsid() < 0) child_fail("setsid");
+  // Its orphans (a daemon's fork, setsid, fork) are adopted by the worker, not by init: while it
+  // lives, everything it started is below it, and at its exit comes to the supervisor.
+  if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) child_fail("prctl(PR_SET_CHILD_SUBREAPER)");
   // A worker never keeps the supervisor's real-time policy (corral under chrt, a benchmark's
   // --priority rt): under SCHED_FIFO a worker thread that spins waiting for another thread of
   // the same process on its CPU never yields (seen with Node workers), and a runaway worker
@@ -164,9 +170,9 @@ core::Result<Launched> ProcessLauncher::launch(const LaunchSpec& spec) {
   containment_->adopt(std::move(confinement.value()), pid);
   Launched l;
   l.pid = pid;
-  // The child set its own group, but the parent sets it too: a kill of the group right after
-  // launch() returns must not miss a child that has not run setpgid yet.
-  setpgid(pid, pid);
+  // The child makes its own session; the parent cannot set its group for it (a group leader's
+  // setsid fails). Until it has, a kill of its group misses it: the manager signals the worker
+  // through its pidfd as well.
   l.pidfd.reset(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
   if (!l.pidfd) {
     auto e = core::errno_error("pidfd_open");

@@ -2,9 +2,12 @@
 // interface (STYLE rule 5) so a test can run the manager with a fake; ProcessLauncher is the real
 // one, the contract of docs/worker-protocol.md:
 //
-//  * fork + exec of `command` (argv; the program is looked up on PATH) in a new process group
-//    (setpgid(0, 0), so a stop can kill the whole tree), with PR_SET_PDEATHSIG(SIGTERM) so no
-//    worker outlives the supervisor, the signal mask and dispositions reset to the defaults;
+//  * fork + exec of `command` (argv; the program is looked up on PATH) in a new session and
+//    process group (setsid, so a stop can kill the whole group, and no process of the worker's
+//    is ever in the supervisor's session), as a child subreaper (PR_SET_CHILD_SUBREAPER: its
+//    orphaned descendants stay below it rather than going to init; orphans.h), with
+//    PR_SET_PDEATHSIG(SIGTERM) so no worker outlives the supervisor, the signal mask and
+//    dispositions reset to the defaults;
 //  * stdin /dev/null, stdout and stderr pipes (the parent's ends are returned, non-blocking);
 //  * fd 3: one end of a socketpair(AF_UNIX, SOCK_SEQPACKET) (the control link; the parent's end is
 //    returned, non-blocking), fd 4: `listen_fd` (the worker's listening Unix socket);
@@ -56,7 +59,7 @@ struct LaunchSpec {
 };
 
 struct Launched {
-  pid_t pid = 0;  // also the process group id
+  pid_t pid = 0;  // also the session and process group id, once the child made them
   core::UniqueFd pidfd;
   core::UniqueFd control;  // SOCK_SEQPACKET, O_NONBLOCK
   core::UniqueFd out;      // the child's stdout, O_NONBLOCK

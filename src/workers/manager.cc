@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +21,7 @@
 #include "core/escape.h"
 #include "core/socket.h"
 #include "http/percent.h"
+#include "workers/orphans.h"
 
 namespace corral::workers {
 
@@ -127,6 +129,41 @@ Manager::~Manager() {
     remove_socket(*slot);
   }
   spares_destroy();
+  sweep_orphans(/*wait=*/true);  // what they left outside their groups, reaped before we go
+}
+
+void Manager::signal(const Worker& w, int sig) {
+  kill(-w.pid, sig);
+  (void)syscall(SYS_pidfd_send_signal, w.pidfd.get(), sig, nullptr, 0);
+}
+
+void Manager::sweep_orphans(bool wait) {
+  if (!options_.sweep_orphans) return;
+  std::set<pid_t> workers;
+  for (const auto& [address, slot] : slots_)
+    if (slot->worker && !slot->worker->exited) workers.insert(slot->worker->pid);
+  for (const auto& kind : kinds_)
+    for (const auto& s : kind->spares)
+      if (s->worker && !s->worker->exited) workers.insert(s->worker->pid);
+  auto is_worker = [&workers](pid_t pid) { return workers.count(pid) > 0; };
+  // A destructor's sweep waits for each orphan; the ones their deaths hand to us come in the
+  // next round (a tree deeper than a sweep kills, or forks that raced the kills).
+  for (int round = 0; round < (wait ? 16 : 1); ++round) {
+    SweepResult r = workers::sweep_orphans(session_, is_worker, wait);
+    if (r.killed || r.reaped)
+      log_.info("worker_orphans", "killed={} reaped={} left={}", r.killed, r.reaped, r.left);
+    if (wait) {
+      if (r.killed == 0 && r.left == 0) break;
+      continue;
+    }
+    // Their children reach us when they die: look again soon, then less and less often.
+    if (r.killed || r.left) {
+      orphan_retry_ms_ = std::clamp<uint32_t>(orphan_retry_ms_ * 2, 10, 1'000);
+      orphan_sweep_.arm_after(orphan_retry_ms_);
+    } else {
+      orphan_retry_ms_ = 0;
+    }
+  }
 }
 
 // The destructor's way out for a worker or a spare: off the loop, its group killed, reaped.
@@ -135,7 +172,7 @@ void Manager::kill_now(Worker& w) {
   if (w.control) loop_.remove(w.control.get());
   w.out.close();
   w.err.close();
-  kill(-w.pid, SIGKILL);
+  signal(w, SIGKILL);
   siginfo_t info{};
   while (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(w.pidfd.get()), &info, WEXITED) <
              0 &&
@@ -266,7 +303,8 @@ Manager::Worker* Manager::adopt(Slot& slot, Launched launched, core::UniqueFd li
   w->started_at = loop_.wall_seconds();
   Worker* wp = w.get();
   w->start_timer.bind(loop_.timers(), [this, wp] { on_start_timeout(*wp); });
-  w->kill_timer.bind(loop_.timers(), [wp] { kill(-wp->pid, SIGKILL); });
+  w->ready_timer.bind(loop_.timers(), [this, wp] { on_ready_timeout(*wp); });
+  w->kill_timer.bind(loop_.timers(), [this, wp] { signal(*wp, SIGKILL); });
   w->link_check.bind(loop_.timers(), [this, wp] { on_link_check(*wp); });
   (void)loop_.add(w->pidfd.get(), EPOLLIN, w.get());
   (void)loop_.add(w->control.get(), EPOLLIN, &w->control_handler);
@@ -354,6 +392,7 @@ void Manager::on_message(Worker& w, const nlohmann::json& msg) {
     if (!w.started) {
       w.started = true;
       w.start_timer.cancel();
+      w.ready_timer.arm_after(slot.kind->config.ready_timeout_ms);  // the setup's bound
       log_.info("worker_started", "address=\"{}\" pid={}", slot.address, w.pid);
       if (w.stop_after_started && !w.stopping) begin_stop(w, w.stop_reason);
     }
@@ -361,6 +400,8 @@ void Manager::on_message(Worker& w, const nlohmann::json& msg) {
   if (type == "ready") {
     if (w.ready || w.stopping) return;
     w.ready = true;
+    w.ready_timer.cancel();
+    slot.spare_lost = false;
     auto reload = msg.find("reload");
     w.can_reload = reload != msg.end() && reload->is_boolean() && reload->get<bool>();
     w.idle = idle_of();
@@ -458,7 +499,17 @@ void Manager::on_start_timeout(Worker& w) {
   Slot& slot = *w.slot;
   fail(slot, public_error("The worker did not start in time.", "start_timeout"),
        fmt::format("no `started` within {} ms of the fork", slot.kind->config.start_timeout_ms));
-  kill(-w.pid, SIGKILL);  // no grace: it never took its lock, there is nothing to close
+  signal(w, SIGKILL);  // no grace: it never took its lock, there is nothing to close
+}
+
+// Past the setup's bound: a worker that took its lock and never said `ready` holds a start place
+// and its requests for ever. It is failed like a start that timed out, and killed at once: a
+// setup that is stuck would not read `shutdown` either.
+void Manager::on_ready_timeout(Worker& w) {
+  Slot& slot = *w.slot;
+  fail(slot, public_error("The worker did not get ready in time.", "ready_timeout"),
+       fmt::format("no `ready` within {} ms of `started`", slot.kind->config.ready_timeout_ms));
+  signal(w, SIGKILL);
 }
 
 void Manager::begin_stop(Worker& w, std::string_view why) {
@@ -466,6 +517,7 @@ void Manager::begin_stop(Worker& w, std::string_view why) {
   Slot& slot = *w.slot;
   w.stopping = true;
   w.start_timer.cancel();
+  w.ready_timer.cancel();
   if (!slot.start_queued)
     answer(slot, {{}, 503, public_error("The worker was stopped.", "stopped")});
   log_.info("worker_stopping", "address=\"{}\" pid={} reason={}", slot.address, w.pid, why);
@@ -474,7 +526,7 @@ void Manager::begin_stop(Worker& w, std::string_view why) {
   // would queue on a worker that no longer accepts and be reset at its exit: for a POST, a 502.
   remove_socket(slot);
   // Without a link, SIGTERM is the same request (the worker library treats them alike).
-  if (!send(w, {{"type", "shutdown"}})) kill(-w.pid, SIGTERM);
+  if (!send(w, {{"type", "shutdown"}})) signal(w, SIGTERM);
   w.kill_timer.arm_after(slot.kind->config.stop_grace_ms);
   changed(slot);
 }
@@ -537,7 +589,17 @@ void Manager::on_exit(Worker& w) {
   // Containment: a worker its memory limit killed (its cgroup's OOM kill) fails with that reason
   // (containment.h; under rlimits the worker's own `fatal` says so, on_message).
   bool by_memory = !asked && ended_by_memory_limit(cause, nullptr, slot.kind->config.limits);
-  if (!failure.empty()) {
+  // A spare that died after its bind but before `started` (killed meanwhile, or dead before it
+  // read `start`) never ran anything of the address: as for a spare that dies before its bind,
+  // that is no failure of the address. Its start is made again, once (a kind whose spares all
+  // die at `start` then fails as usual), with another spare or a fork.
+  const bool rebind = !asked && failure.empty() && !by_memory && w.from_spare && !w.started &&
+                      !w.stop_after_started && !slot.spare_lost && !slot.suspended;
+  if (rebind) {
+    slot.spare_lost = true;
+    log_.warn("worker_spare_lost", "address=\"{}\" pid={} how=\"{}\" action=start_again",
+              slot.address, w.pid, how);
+  } else if (!failure.empty()) {
     log_.error("worker_failed",
                "address=\"{}\" error=\"{}\" exit=\"{}\" public={} stderr_tail=\"{}\"", slot.address,
                failure, how, log_json(slot.failed), slot.tail);
@@ -548,7 +610,9 @@ void Manager::on_exit(Worker& w) {
          (w.started ? "exited: " : "exited before `started`: ") + how);
   }
   // A rollout's replacement starts at once, waited for or not.
-  bool replace = rollout_on_exit(slot, !failure.empty() || !asked);
+  bool replace = !rebind && rollout_on_exit(slot, !failure.empty() || !asked);
+  if (rebind && !slot.queued && (!slot.waiters.empty() || rollout_entry(slot)))
+    enqueue(slot);  // its waiters (or a rollout's replacement) wait on
   if (slot.start_queued) {
     slot.start_queued = false;
     if (!slot.waiters.empty() || replace)
@@ -556,7 +620,8 @@ void Manager::on_exit(Worker& w) {
   }
   if (closing_ && workers_live_ == 0) finish_close();
   settle(slot);
-  pump();  // a worker slot, and perhaps a start slot, is free
+  sweep_orphans();  // what it left outside its group came to us at its exit
+  pump();           // a worker slot, and perhaps a start slot, is free
 }
 
 void Manager::on_output(Worker& w, bool is_err, std::string_view data, bool eof) {
@@ -642,6 +707,9 @@ void Manager::check_idle() {
   }
   for (Worker* w : due) begin_stop(*w, "idle");
   expire_queued();
+  // Orphans come at a worker's exit (swept there); this finds those of a worker that gave up
+  // being a subreaper, and zombies of orphans that died by themselves.
+  if (!orphan_sweep_.armed()) sweep_orphans();
 }
 
 bool Manager::retry(const std::string& address) {

@@ -11,7 +11,8 @@
 //  * start: the kind's start_hook (JSON; a throw fails the start), a listening Unix socket in
 //    <state>/sockets/ (0700), the launch (Launcher), then `start {address, start, scripts, lock}`.
 //    The start timer (start_timeout_ms from the fork) covers fork, lock and `started` only: past it
-//    the process group is killed and the start fails. Waiters are answered at `ready`.
+//    the process group is killed and the start fails. The ready timer (ready_timeout_ms from
+//    `started`) bounds the setup the same way (ready_timeout). Waiters are answered at `ready`.
 //  * failure: a crash (an exit nobody asked for), a `fatal`, a failed start leave the address
 //    `failed` with a public error ({message, code?, reason?}; a child's `fatal` error is cut down
 //    to those three strings) until retry(): resolve() answers 503 at once, nothing forks. The full
@@ -27,6 +28,9 @@
 //    (`worker_link_lost`), a second within a minute (or one before `ready`) fails the address. An
 //    EOF is only called a lost link if the child is still alive kLinkCheckMs later: a dying child
 //    closes its fds a moment before its pidfd reports the exit.
+//  * orphans (orphans.h): the supervisor is a child subreaper and each worker one too, in a
+//    session of its own; what a worker leaves outside its process group (a daemon) comes to the
+//    supervisor at the worker's exit and is killed and reaped then (and by the idle check).
 //  * close(done): cancels queued starts (their waiters get an error), stops every worker; exits
 //    during close are never failures; `done` runs once no child is left.
 //  * bounds (issue 11): at most max_starting workers between fork and `ready` (or exit) at once,
@@ -68,7 +72,8 @@
 //    together), and a kind's refill waits while a spare bound by it starts (at most kSpareHoldMs),
 //    so the fork of its replacement is not in the way of the first request. A spare that exits
 //    unasked is replaced after a backoff (100 ms doubling to 30 s, reset by a bind;
-//    `worker_spare_exited`). close() stops them with the workers.
+//    `worker_spare_exited`); one that dies after its bind and before `started` fails nothing, its
+//    start is made again once (`worker_spare_lost`). close() stops them with the workers.
 //
 // Addresses are bytes (anything a route's percent-decoding yields): the API takes and gives them
 // raw, state() keys them by their wire form (core::wire_encode), and so does every message and
@@ -122,6 +127,9 @@ struct KindConfig {
   std::vector<std::string> routes;  // "/doc/{id}/*": a path matching it is for "doc:{id}"
   uint32_t idle_ms = 300'000;
   uint32_t start_timeout_ms = 60'000;
+  // From `started` to `ready` (the worker's own setup): past it the address fails with
+  // ready_timeout and the worker is killed. 0: three times start_timeout_ms.
+  uint32_t ready_timeout_ms = 0;
   uint32_t stop_grace_ms = 5'000;
   size_t max_workers = 0;  // live workers of this kind; 0: only the manager's bound
   // The start data, called before each start (on the loop; a throw fails the start).
@@ -181,6 +189,10 @@ struct ManagerOptions {
   // A worker that has served nothing since its `ready` is not stopped to make room for this long:
   // the requests that waited for its start are on their way to it.
   uint32_t evict_grace_ms = 1'000;
+  // Kill and reap the orphans of exited workers (orphans.h): every child of this process outside
+  // its session that is not one of this manager's workers. Off only where something else starts
+  // such children in this process (a second manager's workers, in tests).
+  bool sweep_orphans = true;
 };
 
 // 2 x the CPUs this process may run on (sched_getaffinity): a start is mostly CPU (exec, the
@@ -343,6 +355,7 @@ class Manager {
   void on_link_check(Worker& w);
   void on_exit(Worker& w);
   void on_start_timeout(Worker& w);
+  void on_ready_timeout(Worker& w);
   void on_output(Worker& w, bool is_err, std::string_view data, bool eof);
   void check_idle();
   static bool connection_waiting(const Worker& w);
@@ -357,6 +370,12 @@ class Manager {
   void emit(const std::string& address, const nlohmann::json& entry);
   void finish_close();
   void kill_now(Worker& w);  // the destructor's: SIGKILL to its group and reap, no grace
+  // `sig` to the worker's process group, and to the worker itself through its pidfd (a child
+  // that has not made its own group yet is not in it).
+  void signal(const Worker& w, int sig);
+  // Orphans (orphans.h): what workers that are gone left outside their groups is killed and
+  // reaped; a sweep that found any comes again soon (their own children come next).
+  void sweep_orphans(bool wait = false);
   // The rollout step's hooks in the lifecycle (manager_rollout.cc).
   RolloutEntry* rollout_entry(const Slot& slot) const;
   void rollout_on_ready(Worker& w);
@@ -426,6 +445,9 @@ class Manager {
   uint64_t next_spare_ = 0;   // numbers spares' sockets and entries
   std::function<void()> close_done_;
   core::Timer idle_check_;
+  pid_t session_ = 0;         // the supervisor's session: no worker's process is in it
+  core::Timer orphan_sweep_;  // the next sweep after one that found orphans
+  uint32_t orphan_retry_ms_ = 0;
 };
 
 }  // namespace corral::workers

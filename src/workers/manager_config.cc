@@ -1,11 +1,14 @@
 // The Manager's configuration: the options' validation (kinds, commands, route patterns in the
 // HTTP router's own syntax), the state directory, and address_for on the same router the
 // proxy routes use (http::Router): one matcher for a kind's paths.
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 
 #include "core/escape.h"
 #include "http/percent.h"
@@ -105,6 +108,9 @@ core::Result<std::unique_ptr<Manager>> Manager::create(core::EventLoop& loop, co
   for (auto& cfg : options.kinds) {
     auto kind = std::make_unique<Kind>();
     if (cfg.max_workers == 0) cfg.max_workers = SIZE_MAX;
+    if (cfg.ready_timeout_ms == 0)
+      cfg.ready_timeout_ms =
+          static_cast<uint32_t>(std::min<uint64_t>(3 * uint64_t{cfg.start_timeout_ms}, UINT32_MAX));
     kind->config = std::move(cfg);
     kind->index = kinds.size();
     kinds.push_back(std::move(kind));
@@ -145,6 +151,15 @@ core::Result<std::unique_ptr<Manager>> Manager::create(core::EventLoop& loop, co
   m->kinds_ = std::move(kinds);
   m->router_ = std::make_unique<http::Router>(std::move(router.value()));
   Manager* mp = m.get();
+  // Orphans (orphans.h): what a worker leaves at its exit comes here rather than to init, and no
+  // process of a worker's is in this session.
+  if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
+    log.warn("workers_subreaper",
+             "error=\"{}\" effect=\"the orphans of exited workers go to "
+             "init and survive them\"",
+             strerror(errno));
+  m->session_ = getsid(0);
+  m->orphan_sweep_.bind(loop.timers(), [mp] { mp->sweep_orphans(); });
   m->spares_timer_.bind(loop.timers(), [mp] { mp->spares_fill(); });
   for (auto& kind : m->kinds_)
     kind->spare_timer.bind(loop.timers(), [mp] { mp->spares_schedule(); });

@@ -155,7 +155,7 @@ struct Manager::Worker final : core::IoHandler {
   core::UniqueFd listener;
   Control control_handler;
   OutputReader out, err;
-  core::Timer start_timer, kill_timer, link_check;
+  core::Timer start_timer, ready_timer, kill_timer, link_check;
   time_t started_at = 0;
   bool started = false;  // `started`: the lock is taken
   bool ready = false;
@@ -223,6 +223,9 @@ struct Manager::Slot {
   std::string tail;  // the last stderr bytes
   nlohmann::json last_emitted;
   uint64_t spare_id = 0;  // a spare's slot: its number; its address is "spare/<kind>/<n>" (logs)
+  // A spare bound for this start died before `started`: the start was made again (once, until
+  // a worker of the address is ready).
+  bool spare_lost = false;
 };
 
 }  // namespace corral::workers

@@ -222,7 +222,7 @@ void Manager::spare_stop(Worker& w, std::string_view why) {
   log_.info("worker_spare_stopping", "kind={} spare={} pid={} reason={}", w.slot->kind->config.name,
             w.slot->spare_id, w.pid, why);
   remove_socket(*w.slot);
-  if (!send(w, {{"type", "shutdown"}})) kill(-w.pid, SIGTERM);
+  if (!send(w, {{"type", "shutdown"}})) signal(w, SIGTERM);
   w.kill_timer.arm_after(w.slot->kind->config.stop_grace_ms);
 }
 
@@ -299,7 +299,8 @@ void Manager::spare_on_exit(Worker& w) {
   // A stopped spare's exit is progress for the start that waited for its room; a crash-looping
   // spare's is not (it must not hold off the start_limit of starts that do not move).
   if (asked) progress_ms_ = loop_.now();
-  pump();  // a worker slot is free
+  sweep_orphans();  // what it left outside its group
+  pump();           // a worker slot is free
 }
 
 void Manager::spares_on_close() {

@@ -12,6 +12,12 @@
 namespace corral::workers {
 namespace {
 
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 class SparesTest : public manager_testing::ManagerTest {
  protected:
   void SetUp() override {
@@ -239,6 +245,38 @@ TEST_F(SparesTest, ASpareKilledBeforeItsBindIsReplaced) {
   EXPECT_EQ(forks_, 2);
   EXPECT_EQ(spare_sockets().size(), 1u);
   ASSERT_TRUE(resolve(m, "doc:1").ok());
+}
+
+// A spare that dies after its bind and before `started` (here: the first spare to read `start`
+// exits) never ran anything of the address: the start is made again, and served.
+TEST_F(SparesTest, ASpareThatDiesWhileBeingBoundIsNoFailureTheStartIsMadeAgain) {
+  kind_.spares = 1;
+  kind_.env["FAKE_WORKER_SPARE_DIES"] = state_ + "/spare-died";
+  Manager& m = make();
+  ASSERT_TRUE(run_until([&] { return standby(m) == 1; }));
+  int spare = *spare_pids(m).begin();
+  auto r = resolve(m, "doc:1");
+  ASSERT_TRUE(r.ok()) << r.error.dump();
+  EXPECT_TRUE(std::filesystem::exists(state_ + "/spare-died"));  // the bound spare did die
+  EXPECT_NE(pid_of(m, "doc:1"), spare);
+  EXPECT_EQ(status(m, "doc:1"), "running");
+  EXPECT_EQ(served(r.socket_path), "hello doc:1\n");
+  EXPECT_NE(supervisor_log().find("worker_spare_lost address=\"doc:1\""), std::string::npos);
+  EXPECT_EQ(supervisor_log().find("worker_failed"), std::string::npos);
+}
+
+// Once only: a start of the address that dies before `started` again fails it as any crash does
+// (a command that dies at every `start` is not started for ever).
+TEST_F(SparesTest, ASecondDeathBeforeStartedFailsTheAddress) {
+  kind_.spares = 1;
+  data_["doc:1"] = {{"mode", "exit_at_start"}};
+  Manager& m = make();
+  ASSERT_TRUE(run_until([&] { return standby(m) == 1; }));
+  auto r = resolve(m, "doc:1");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.error["code"], "worker_exited");
+  EXPECT_EQ(status(m, "doc:1"), "failed");
+  EXPECT_EQ(count_of(supervisor_log(), "worker_spare_lost address=\"doc:1\""), 1u);
 }
 
 }  // namespace

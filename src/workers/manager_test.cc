@@ -5,6 +5,7 @@
 #include "workers/manager.h"
 
 #include "workers/manager_test_support.h"
+#include "workers/orphans.h"
 
 namespace corral::workers {
 namespace {
@@ -56,6 +57,7 @@ TEST_F(ManagerTest, StartsOnFirstResolveAndServesOnItsSocket) {
 
 TEST_F(ManagerTest, StartedBeforeSlowSetupAndStartTimerDoesNotKillSlowReady) {
   kind_.start_timeout_ms = 400;
+  kind_.ready_timeout_ms = 10'000;  // the setup has a bound of its own
   data_["doc:slow"] = {{"slow_ready", 1'200}};
   Manager& m = make();
   std::optional<Resolution> r;
@@ -90,6 +92,78 @@ TEST_F(ManagerTest, StartTimerFailsAndKillsAWorkerThatNeverStarts) {
   EXPECT_TRUE(m.entry("doc:t").is_null());
   EXPECT_TRUE(resolve(m, "doc:t").ok());
   EXPECT_EQ(forks_, 2);
+}
+
+// A worker that takes its lock and never says `ready`: the ready timer fails the address (its
+// waiters get the 503 at once), kills it, and its start place goes to the next start.
+TEST_F(ManagerTest, ReadyTimerFailsKillsAndFreesTheStartPlaceOfAWorkerThatNeverGetsReady) {
+  kind_.ready_timeout_ms = 300;
+  options_.max_starting = 1;
+  data_["doc:stuck"] = {{"mode", "never_ready"}};
+  Manager& m = make();
+  std::optional<Resolution> stuck, stuck2, other;
+  m.resolve("doc:stuck", [&](const Resolution& r) { stuck = r; });
+  m.resolve("doc:stuck", [&](const Resolution& r) { stuck2 = r; });
+  m.resolve("doc:other", [&](const Resolution& r) { other = r; });
+  ASSERT_TRUE(run_until([&] { return status(m, "doc:stuck") == "starting"; }));
+  EXPECT_EQ(status(m, "doc:other"), "queued");  // the one start place is held
+  ASSERT_TRUE(run_until([&] { return stuck && stuck2; }));
+  for (auto* r : {&stuck, &stuck2}) {
+    EXPECT_EQ((*r)->status, 503);
+    EXPECT_EQ((*r)->error["code"], "ready_timeout");
+  }
+  EXPECT_EQ(m.entry("doc:stuck")["status"], "failed");
+  EXPECT_EQ(m.entry("doc:stuck")["error"]["code"], "ready_timeout");
+  ASSERT_TRUE(run_until([&] { return other.has_value(); }));
+  EXPECT_TRUE(other->ok()) << other->error.dump();
+  EXPECT_EQ(m.live_workers(), 1u);  // the stuck one was killed (it ignores SIGTERM)
+  EXPECT_EQ(resolve(m, "doc:stuck").error["code"], "ready_timeout");  // failed until retry
+  EXPECT_EQ(forks_, 2);
+  EXPECT_NE(supervisor_log().find("no `ready` within 300 ms of `started`"), std::string::npos);
+}
+
+// Its default: three times the start timeout.
+TEST_F(ManagerTest, ReadyTimeoutDefaultsToThreeStartTimeouts) {
+  kind_.start_timeout_ms = 200;
+  data_["doc:stuck"] = {{"mode", "never_ready"}};
+  Manager& m = make();
+  uint64_t t0 = core::monotonic_ms();
+  auto r = resolve(m, "doc:stuck");
+  EXPECT_EQ(r.error["code"], "ready_timeout");
+  EXPECT_GE(core::monotonic_ms() - t0, 600u);
+}
+
+// What a worker daemonized (fork, setsid, fork: outside its process group and session) goes
+// with it: at a stop, and at a crash.
+TEST_F(ManagerTest, WhatAWorkerDaemonizedDiesWithItsStopAndItsCrash) {
+  auto daemon_of = [&](const std::string& address, const std::string& file) {
+    pid_t d = 0;
+    EXPECT_TRUE(run_until([&] {
+      d = static_cast<pid_t>(std::atoi(read_file(file).c_str()));
+      return d > 0;
+    })) << address;
+    return d;
+  };
+  auto gone = [](pid_t pid) { return kill(pid, 0) != 0 && errno == ESRCH; };  // killed, reaped
+  data_["doc:s"] = {{"daemon", state_ + "/s.pid"}};
+  data_["doc:c"] = {
+      {"daemon", state_ + "/c.pid"}, {"mode", "crash_after_ready"}, {"crash_after", 300}};
+  Manager& m = make();
+  ASSERT_TRUE(resolve(m, "doc:s").ok());
+  int worker = m.entry("doc:s")["pid"].get<int>();
+  pid_t d = daemon_of("doc:s", state_ + "/s.pid");
+  EXPECT_NE(getsid(d), worker);
+  EXPECT_NE(getpgid(d), worker);
+  EXPECT_EQ(proc_stat(d)->ppid, worker);  // the worker is a subreaper: its orphan is its child
+  EXPECT_TRUE(m.stop("doc:s"));
+  ASSERT_TRUE(run_until([&] { return m.live_workers() == 0; }));
+  EXPECT_TRUE(run_until([&] { return gone(d); })) << d;
+
+  ASSERT_TRUE(resolve(m, "doc:c").ok());
+  pid_t dc = daemon_of("doc:c", state_ + "/c.pid");
+  ASSERT_TRUE(run_until([&] { return status(m, "doc:c") == "failed"; }));
+  EXPECT_TRUE(run_until([&] { return gone(dc); })) << dc;
+  EXPECT_NE(supervisor_log().find("worker_orphans killed="), std::string::npos);
 }
 
 TEST_F(ManagerTest, StartHookThrowingFailsWithoutAForkAndKeepsTheMessagePrivate) {
@@ -363,6 +437,7 @@ TEST_F(ManagerTest, LockMakesASecondManagersWorkerWaitForTheOldOnesExit) {
   // corral restarted while an old worker still stops: two managers on one state directory. The
   // new worker's `started` comes only after the old one exited (flock, no polling).
   data_["doc:k"] = {{"exit_on_shutdown_slowly", 800}};
+  options_.sweep_orphans = false;  // each manager would take the other's workers for orphans
   Manager& first = make();
   EXPECT_TRUE(resolve(first, "doc:k").ok());
   int old_pid = first.entry("doc:k")["pid"];

@@ -44,7 +44,7 @@ FAKE = os.path.join(REPO, "tests", "workers", "fake_worker.py")
 def fake(server_factory, tmp_path):
     """fake(start_data, **kind settings) -> a Corral with the kind `fake` on "/fake/{id}/*"."""
 
-    def make(start=None, idle=None, start_timeout=None, stop_grace=None):
+    def make(start=None, idle=None, start_timeout=None, stop_grace=None, ready_timeout=None):
         state = tmp_path / "state"
         events = tmp_path / "events.txt"
         data = dict(start or {})
@@ -54,7 +54,7 @@ def fake(server_factory, tmp_path):
                  'routes = ["/fake/{id}/*"]',
                  f"env = {{ FAKE_WORKER_HTTP = \"1\", FAKE_WORKER_START = {toml_str(json.dumps(data))} }}"]
         for key, value in (("idle", idle), ("start_timeout", start_timeout),
-                           ("stop_grace", stop_grace)):
+                           ("stop_grace", stop_grace), ("ready_timeout", ready_timeout)):
             if value is not None:
                 lines.append(f"{key} = {toml_str(value)}")
         srv = server_factory("--state-dir", str(state), binary=CORRAL_BIN,
@@ -92,7 +92,9 @@ def in_background(fn, *args):
 
 def test_started_before_slow_setup_and_start_timer_spares_a_slow_ready(fake):
     # ready comes 2.5 s after `started`, the start timer is 1 s: it covers only fork, lock, started.
-    c = fake({"slow_ready": 2500}, start_timeout="1s")
+    # (The setup has a bound of its own, ready_timeout: by default 3 x start_timeout, so close to
+    # 2.5 s here; test_worker_ready_timeout.py.)
+    c = fake({"slow_ready": 2500}, start_timeout="1s", ready_timeout="30s")
     fut = in_background(c.get, "/fake/a/")
     pid = poll(lambda: pid_with(c, "started"), 5, what="`started`")
     e = c.state()["fake:a"]

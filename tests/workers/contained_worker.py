@@ -7,6 +7,11 @@ after doing what CONTAINED_MODE (its kind's `env`) says. Standard library only.
          rlimits the kind's memory_max is RLIMIT_AS), prints how far it got to stderr, reports
          `fatal` with code "memory_limit" (what a worker library does when an allocation fails,
          docs/process-model.md "Containment") and exits 1.
+  forks: each request switches the worker to the uid CONTAINED_UID (when it runs as root: a
+         worker that drops root, as under `setpriv --reuid`), then forks up to CONTAINED_FORKS
+         (100) children that wait on a pipe, and answers {"uid", "forked", "refused", "errno"}:
+         how many forks succeeded and how many failed (EAGAIN under a task limit); the children
+         are ended and reaped before the answer.
   Either way it exits at once on `shutdown` (or the control link's end).
 
   flood: after `ready`, writes CONTAINED_FLOOD_MB MiB of 1000-byte lines to stdout as fast as the
@@ -64,6 +69,34 @@ def flood():
     out.flush()
 
 
+def forks():
+    uid = int(os.environ.get("CONTAINED_UID", "0"))
+    if os.getuid() == 0 and uid:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    r, w = os.pipe()
+    kids, refused, err = [], 0, 0
+    for _ in range(int(os.environ.get("CONTAINED_FORKS", "100"))):
+        try:
+            pid = os.fork()
+        except OSError as e:
+            refused += 1
+            err = e.errno
+            continue
+        if pid == 0:
+            os.close(w)
+            os.read(r, 1)
+            os._exit(0)
+        kids.append(pid)
+    os.close(w)
+    os.close(r)
+    for pid in kids:
+        os.waitpid(pid, 0)
+    return json.dumps({"uid": os.getuid(), "forked": len(kids), "refused": refused,
+                       "errno": err}) + "\n"
+
+
 def follow_control():
     # `shutdown`, or the link's end: there is nothing to close, go at once.
     while True:
@@ -92,7 +125,7 @@ def main():
                 read_request(conn)
                 if mode == "hog":
                     hog()
-                body = f"ok {address}\n".encode()
+                body = (forks() if mode == "forks" else f"ok {address}\n").encode()
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
                              b"Content-Length: %d\r\n\r\n" % len(body) + body)
             except OSError:

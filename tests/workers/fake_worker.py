@@ -3,10 +3,14 @@
 fd 4 listening socket, the flock lock) and misbehaves as its start data says. Standard library only.
 
 Start data keys (all optional):
-  mode: "normal" | "never_started" | "crash_before_ready" | "crash_after_ready" | "fatal"
-        | "close_link" | "close_link_before_ready" | "ignore_shutdown" | "no_lock"
-        (close_link_before_ready: closes fd 3 after `started` and ignores SIGTERM, so only the
-        manager's SIGKILL after stop_grace ends it)
+  mode: "normal" | "exit_at_start" | "never_started" | "never_ready" | "crash_before_ready"
+        | "crash_after_ready"
+        | "fatal" | "close_link" | "close_link_before_ready" | "ignore_shutdown" | "no_lock"
+        (exit_at_start: exits 3 on `start`, before its lock and `started`; close_link_before_ready: closes fd 3 after `started` and ignores SIGTERM, so only the
+        manager's SIGKILL after stop_grace ends it; never_ready: takes its lock, sends `started`
+        and then nothing, a setup that never ends, and ignores SIGTERM)
+  daemon: a file; after `ready` the worker daemonizes a grandchild (fork, setsid, fork) that
+        writes its pid there and sleeps: a process outside the worker's group and session
   slow_ready: ms between `started` and `ready`         idle: the idle flag of `ready` (default true)
   idle_after: ms after ready, send {idle: true}         crash_after: ms (crash_after_ready, default 50)
   exit_on_shutdown_slowly: ms to wait after `shutdown` before exiting
@@ -49,7 +53,8 @@ import time
 
 # A warm spare (issue 14) has no CORRAL_ADDRESS: it sends `standby` (unless FAKE_WORKER_STANDBY=0,
 # as a library that predates it) and learns its address from `start`. FAKE_WORKER_SPARE_EVENTS: a
-# file to append "<monotonic> <pid> standby" to.
+# file to append "<monotonic> <pid> standby" to. FAKE_WORKER_SPARE_DIES: a file; the first spare
+# to make it (O_EXCL) exits 1 on its `start`, before `started`: a spare killed while being bound.
 address = os.environ.get("CORRAL_ADDRESS", "")
 control = socket.socket(fileno=int(os.environ["CORRAL_CONTROL_FD"]))
 listener = socket.socket(fileno=int(os.environ["CORRAL_LISTEN_FD"]))
@@ -168,6 +173,27 @@ def apply_reload(m, action):
     event(f"reload_replied:{m['id']}")
 
 
+def daemonize(path):
+    """fork, setsid, fork: a grandchild in a session of its own writes its pid to `path`."""
+    child = os.fork()
+    if child:
+        os.waitpid(child, 0)
+        return
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    with open(path + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.rename(path + ".tmp", path)
+    for fd in range(3, 64):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    while True:
+        time.sleep(3600)
+
+
 def main():
     global events_path, version
     global address
@@ -185,6 +211,13 @@ def main():
     if msg["type"] == "shutdown":
         os._exit(0)
     assert msg["type"] == "start", msg
+    dies = os.environ.get("FAKE_WORKER_SPARE_DIES")
+    if not address and dies:
+        try:
+            os.close(os.open(dies, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            os._exit(1)
+        except FileExistsError:
+            pass
     address = msg["address"]
     data = dict(json.loads(os.environ.get("FAKE_WORKER_START", "{}")))
     data.update(msg.get("start") or {})
@@ -193,6 +226,8 @@ def main():
     mode = data.get("mode", "normal")
     print(f"starting {address}", flush=True)
     print(f"stderr line for {address}", file=sys.stderr, flush=True)
+    if mode == "exit_at_start":
+        os._exit(3)
     if mode == "never_started":
         time.sleep(3600)
     if mode != "no_lock":
@@ -211,6 +246,10 @@ def main():
         control.close()
         event("link_closed")
         time.sleep(3600)
+    if mode == "never_ready":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        while True:
+            time.sleep(3600)
     if mode == "crash_before_ready":
         time.sleep(data.get("crash_after", 50) / 1000)
         os._exit(3)
@@ -223,6 +262,8 @@ def main():
     event("ready")  # before the send, as "started": what the manager does on it comes after
     send(ready)
     ready_sent.set()
+    if data.get("daemon"):
+        daemonize(data["daemon"])
     if mode == "close_link":
         time.sleep(0.02)
         control.close()
