@@ -14,21 +14,24 @@ this file's fixture and helpers):
     and no response from code older than the version whose rollout had completed before the
     request was sent (each response names its version; every one is checked against the rollouts'
     start and end times);
-  * test_rollout_failures.py: a reload that throws (a `reload-fails` file): listed with its error, exit status 1, the old
-    version still served, the kind dirty; the next good rollout applies and clears it;
-  * during one rollout: a reload that crashes (the hook aborts) and a worker killed with -9 in its
-    reload are listed with an error and their addresses failed; a worker stopped (`ctl stop`)
-    during its reload is listed `stopped`; a worker starting when the rollout began reloads
-    after its `ready` and ends on the new version; a worker started during the rollout is not in
-    the report and runs the new version; the next rollout clears the failed addresses, and a
-    request starts each on the new version;
-  * a reload whose caller gave up (reload_timeout) still has its late reply handled;
-  * test_rollout_watch.py, `--watch`: a file written in a code directory reaches 100 live workers (the time from the
-    write to the last one on the new version is printed; only correctness is asserted);
-  * test_rollout_store.py: rollback with `--to` (full version and a prefix) restores the earlier version everywhere;
-  * the snapshot store under <state>/code: the version is the SHA-256 of the contract's lines,
-    two versions sharing a file store it once (one inode), a version is removed once it is
-    neither kept nor run, and a dozen rollouts leave only the kept versions and their objects;
+  * test_rollout_failures.py: a reload that throws (a `reload-fails` file): listed with its
+    error, exit status 1, the old version still served, the kind dirty; the next good rollout
+    applies and clears it;
+  * there too, during one rollout: a reload that crashes (the hook aborts) and a worker killed
+    with -9 in its reload are listed with an error and their addresses failed; a worker stopped
+    (`ctl stop`) during its reload is listed `stopped`; a worker starting when the rollout began
+    reloads after its `ready` and ends on the new version; a worker started during the rollout
+    is not in the report and runs the new version; the next rollout clears the failed
+    addresses, and a request starts each on the new version; and a reload whose caller gave up
+    (reload_timeout) still has its late reply handled;
+  * test_rollout_watch.py, `--watch`: a file written in a code directory reaches 100 live
+    workers (the time from the write to the last one on the new version is printed; only
+    correctness is asserted);
+  * test_rollout_store.py: rollback with `--to` (full version and a prefix) restores the earlier
+    version everywhere; the snapshot store under <state>/code: the version is the SHA-256 of the
+    contract's lines, two versions sharing a file store it once (one inode), a version is
+    removed once it is neither kept nor run, and a dozen rollouts leave only the kept versions
+    and their objects;
   * errors of `ctl rollout`: unknown kind, a kind without code, an unknown version.
 
 Every wait polls an observable (the control API, the events file rollout_worker.py writes, the
