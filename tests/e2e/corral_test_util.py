@@ -240,13 +240,15 @@ def wait_control_socket(state_dir, timeout, **kw):
     poll(lambda: os.path.exists(os.path.join(state_dir, "control.sock")), timeout, **kw)
 
 
-def ctl(state_dir, *args, timeout=10):
-    """Runs `corral ctl ARGS --state-dir STATE_DIR`; returns the CompletedProcess (text)."""
+def ctl(state_dir, *args, timeout=None):
+    """Runs `corral ctl ARGS --state-dir STATE_DIR`; returns the CompletedProcess (text). Its
+    bound is `timeout` seconds as given, or ceiling(10) by default."""
     return subprocess.run([CORRAL_BIN, "ctl", *args, "--state-dir", state_dir],
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True,
+                          timeout=ceiling(10) if timeout is None else timeout)
 
 
-def ctl_json(state_dir, *args, timeout=10):
+def ctl_json(state_dir, *args, timeout=None):
     """`corral ctl ARGS --json`'s JSON output; fails (with what it printed) when it exits non-zero.
     (`ctl workers` and `ctl kinds` print a table without --json; the others ignore it.)"""
     r = ctl(state_dir, *args, "--json", timeout=timeout)

@@ -13,7 +13,7 @@ import tempfile
 import time
 
 from conftest import CORRAL_BIN
-from corral_test_util import free_port
+from corral_test_util import ceiling, free_port
 
 GTLSCLIENT = shutil.which("gtlsclient") or "/usr/bin/gtlsclient"
 
@@ -95,7 +95,7 @@ def process_reports(srv):
     """GET /processes from the control API (`corral ctl processes`): the slots and, per live
     process, what it last reported of its HTTP/3 state (every second)."""
     out = subprocess.run([CORRAL_BIN, "ctl", "processes", "--state-dir", srv.state_dir],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=10)
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=ceiling(10))
     return json.loads(out.stdout)["processes"]
 
 

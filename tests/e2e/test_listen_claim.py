@@ -45,7 +45,8 @@ def dirs():
 def second(*args, cwd):
     """Another corral from another directory (its own default state dir there): it must exit."""
     r = subprocess.run([os.path.abspath(CORRAL_BIN), "serve", "--no-access-log", *args], cwd=cwd,
-                       capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL)
+                       capture_output=True, text=True, timeout=ceiling(20),
+                       stdin=subprocess.DEVNULL)
     return r.returncode, r.stderr
 
 

@@ -26,7 +26,7 @@ import socket
 import pytest
 
 from conftest import CORRAL_BIN
-from corral_test_util import control_request, poll, read_to_eof, wait_control_socket
+from corral_test_util import ceiling, control_request, poll, read_to_eof, wait_control_socket
 
 CPP_WORKER = os.environ.get(
     "CORRAL_EXAMPLE_WORKER",
@@ -254,7 +254,7 @@ def test_check_validates_the_drain_keys(tmp_path):
     cfg = tmp_path / "bad.toml"
     cfg.write_text("max_draining_generations = 4\n[timeouts]\ndrain_ms = -1\n")
     r = subprocess.run([CORRAL_BIN, "check", "--config", str(cfg)], capture_output=True,
-                       text=True, timeout=10)
+                       text=True, timeout=ceiling(10))
     assert r.returncode == 78, r
     assert "max_draining_generations: 4 is out of range (0..3)" in r.stderr, r.stderr
     assert "timeouts.drain_ms: -1 is out of range" in r.stderr, r.stderr

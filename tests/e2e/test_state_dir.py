@@ -18,6 +18,7 @@ import tempfile
 import pytest
 
 from conftest import CORRAL_BIN
+from corral_test_util import ceiling
 
 EX_NOPERM = 77
 OTHER_UID = 65534  # nobody (a uid needs no passwd entry to own a file)
@@ -117,7 +118,8 @@ def test_state_dir_of_another_user_is_refused(base):
     assert os.listdir(sd) == []  # nothing made in it
     # `corral cert` and `corral ctl` refuse it the same way.
     for cmd in (["cert", "--state-dir", sd], ["ctl", "processes", "--state-dir", sd]):
-        r = subprocess.run([CORRAL_BIN, *cmd], capture_output=True, text=True, timeout=10)
+        r = subprocess.run([CORRAL_BIN, *cmd], capture_output=True, text=True,
+                           timeout=ceiling(10))
         assert r.returncode == EX_NOPERM and sd in r.stderr, (cmd, r.stderr)
 
 
@@ -187,6 +189,7 @@ def test_workers_dirs_of_another_user_are_refused(base):
         with open(cfg, "w") as f:
             f.write('[workers.w]\ncommand = ["/bin/true"]\nroutes = ["/w/{id}/*"]\n')
         r = subprocess.run([CORRAL_BIN, "serve", "--listen", "127.0.0.1:0", "--config", cfg,
-                            "--state-dir", sd], capture_output=True, text=True, timeout=20)
+                            "--state-dir", sd], capture_output=True, text=True,
+                           timeout=ceiling(20))
         assert r.returncode == EX_NOPERM, (sub, r.stderr)
         assert f"{os.path.join(sd, sub)}: owned by uid {OTHER_UID}" in r.stderr, r.stderr

@@ -28,7 +28,7 @@ import threading
 import pytest
 
 from conftest import CORRAL_BIN
-from corral_test_util import children_of, poll, wait_control_socket
+from corral_test_util import ceiling, children_of, poll, wait_control_socket
 from test_workers import CPP_WORKER, WORKERS, Corral, toml_str
 
 MAX_WORKERS = 6
@@ -226,7 +226,7 @@ def test_check_validates_the_bounds(tmp_path):
         path = tmp_path / "corral.toml"
         path.write_text(text + "\n")
         return subprocess.run([CORRAL_BIN, "check", "--config", str(path)], capture_output=True,
-                              text=True, timeout=10)
+                              text=True, timeout=ceiling(10))
 
     r = check(f"[workers]\nmax_workers = 0\nmax_starting = \"many\"\n"
               f"[workers.counter]\n{kind}\nmax_workers = 2000000")
