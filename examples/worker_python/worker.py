@@ -630,6 +630,9 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
         super().__init__(None, handler, bind_and_activate=False)
         self.socket.close()  # the unbound one TCPServer made
         self.socket = sock
+        # The manager listens with a backlog of 128: as deep as the system allows, so that a burst
+        # of connections waits in the queue instead of finding it full.
+        sock.listen(socket.SOMAXCONN)
         self.server_address = sock.getsockname()
         self.runtime = handler.runtime
 
@@ -672,6 +675,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, format, *args):  # noqa: A002 - the base class's signature
         pass  # the proxy in front logs requests
+
+    def send_response(self, code, message=None):
+        # The proxy's sequence number of a pipelined request goes back with its answer, so that
+        # the proxy knows the answer is this request's (docs/worker-protocol.md, "Pipelining").
+        super().send_response(code, message)
+        headers = getattr(self, "headers", None)  # unset when the request line was bad
+        seq = headers.get("Corral-Seq") if headers is not None else None
+        if seq is not None:
+            self.send_header("Corral-Seq", seq)
 
     def reply(self, status, body, content_type="text/plain; charset=utf-8"):
         data = body.encode() if isinstance(body, str) else body

@@ -566,6 +566,10 @@ export class WorkerRuntime {
       });
     });
     server.on("request", (req, res) => {
+      // The proxy's sequence number of a pipelined request goes back with its answer, so that
+      // the proxy knows the answer is this request's (docs/worker-protocol.md, "Pipelining").
+      const seq = req.headers["corral-seq"];
+      if (seq !== undefined) res.setHeader("Corral-Seq", seq);
       const socket = req.socket;
       const finish = this._track(socket);
       res.once("finish", finish);
@@ -590,7 +594,9 @@ export class WorkerRuntime {
     }
     return new Promise((resolve, reject) => {
       server.once("error", reject);
-      server.listen({ fd: this.listenFd }, () => {
+      // The manager listens with a backlog of 128; Node listens again with this one (the
+      // kernel caps it at net.core.somaxconn).
+      server.listen({ fd: this.listenFd, backlog: 4096 }, () => {
         server.off("error", reject);
         server.on("error", (e) => log("http_server_error", { error: e.message }));
         resolve(server);

@@ -648,16 +648,20 @@ Admission admit(Request& req, const core::SocketAddress& peer, const AdmissionPo
   return admit(req, Peer::from(peer), policy);
 }
 
-void take_corral_view(Request& req) {
+std::string_view take_corral_view(Request& req) {
   // One pass, by length first: this runs for every request a worker serves.
+  std::string_view seq;
   for (const auto& h : req.headers) {
     if (h.name.size() == 11 && iequals(h.name, "corral-host")) {
       if (valid_host(h.value)) req.host = h.value;
     } else if (h.name.size() == 13 && iequals(h.name, "corral-scheme")) {
       if (h.value == "https") req.scheme = "https";
       if (h.value == "http") req.scheme = "http";
+    } else if (h.name.size() == 10 && iequals(h.name, "corral-seq")) {
+      seq = h.value;
     }
   }
+  return seq;
 }
 
 bool still_admitted(std::string_view admitted_host, const AdmissionPolicy& policy) {

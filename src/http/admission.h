@@ -118,8 +118,9 @@ Admission admit(Request& req, const core::SocketAddress& peer, const AdmissionPo
 // Behind corral's proxy (ServerOptions::behind_corral, a worker's socket): the client's Host and
 // scheme as the proxy passed them in Corral-Host and Corral-Scheme become req.host and
 // req.scheme. A field that is absent, or not a valid Host / not "http" or "https", changes
-// nothing.
-void take_corral_view(Request& req);
+// nothing. Returns the request's Corral-Seq value (empty if none): the proxy's sequence number,
+// which the response echoes (docs/worker-protocol.md, "Pipelining").
+std::string_view take_corral_view(Request& req);
 
 // Whether a connection admitted for `admitted_host` (req.host, port included) may stay open under
 // a new policy. An empty host (HTTP/1.0 without Host) stays admitted.

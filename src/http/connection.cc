@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
+
 #include "http/h1_writer.h"
 #include "http/response_plan.h"
 #include "http/server.h"
@@ -286,7 +288,15 @@ void Connection::dispatch() {
                         a.dropped_headers);
   }
   if (!req_.host.empty() && admitted_host_ != req_.host) admitted_host_.assign(req_.host);
-  if (server_.options().behind_corral) take_corral_view(req_);
+  if (server_.options().behind_corral) {
+    // The proxy's sequence number of a pipelined request: its response echoes it, so that the
+    // proxy knows the answer is this request's (at most 20 digits; anything else is no number).
+    std::string_view seq = take_corral_view(req_);
+    if (!seq.empty() && seq.size() < sizeof echo_seq_) {
+      std::memcpy(echo_seq_, seq.data(), seq.size());
+      echo_seq_len_ = static_cast<uint8_t>(seq.size());
+    }
+  }
   if (!server_.site()) {
     phase_ = Phase::kWaitingSite;
     // The request's views point into in_ unless its body arrived in pieces (then into
@@ -359,6 +369,10 @@ void Connection::write_response(Response& r) {
   // body is never parsed as a request.
   if (body_state_ == BodyState::kOpen && !std::holds_alternative<DeferredBody>(r.body))
     close_after_write_ = true;
+  if (echo_seq_len_ && !std::holds_alternative<DeferredBody>(r.body)) {
+    r.header("Corral-Seq", std::string(echo_seq_, echo_seq_len_));
+    echo_seq_len_ = 0;
+  }
   plan_response(r, req_, plan_context(), plan);
   if (!plan.refused_header.empty())
     server_.log().error("bad_response_header", "pattern=\"{}\" header=\"{}\"", req_.pattern,
@@ -480,6 +494,21 @@ void Connection::end() {
   }
 }
 
+void Connection::abort() {
+  if (closed_ || stream_ended_) return;
+  stream_ended_ = true;       // no last chunk: the message stays incomplete
+  close_after_write_ = true;  // what is queued goes out, then the connection closes
+  if (producer_) loop_.destroy_later(std::move(producer_));
+  finish_request();
+  if (!flush_scheduled_) {
+    flush_scheduled_ = true;
+    loop_.defer([this] {
+      flush_scheduled_ = false;
+      if (!closed_) flush();
+    });
+  }
+}
+
 void Connection::respond(Response response) {
   if (closed_ || !deferred_) return;
   loop_.destroy_later(std::move(deferred_));
@@ -526,6 +555,7 @@ void Connection::access_log(int status, uint64_t bytes) {
 }
 
 void Connection::finish_request() {
+  echo_seq_len_ = 0;
   abandon_body("response ended before the body");
   head_out_ = continue_sent_ = false;
   access_log(status_, body_bytes_);

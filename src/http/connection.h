@@ -92,6 +92,7 @@ class Connection final : public core::IoHandler,
   // StreamWriter
   bool write(std::string_view data) override;
   void end() override;
+  void abort() override;
   size_t buffered() const override { return out_.size(); }
   // Responder
   void respond(Response response) override;
@@ -123,6 +124,8 @@ class Connection final : public core::IoHandler,
   core::Buffer in_;
   core::Buffer out_;
   std::string head_copy_;
+  char echo_seq_[24];  // behind corral: the request's Corral-Seq, echoed by its response
+  uint8_t echo_seq_len_ = 0;
   RequestParser parser_;
   Request req_;
   core::Timer read_timer_;

@@ -52,6 +52,10 @@ class StreamWriter {
   // wait for on_writable. Data written after that is still queued (never dropped).
   virtual bool write(std::string_view data) = 0;
   virtual void end() = 0;
+  // The body cannot be completed (its source failed): what was written still goes out, then the
+  // client sees the message cut, never complete (HTTP/1.1: no last chunk, and the connection
+  // closes; HTTP/3: the stream is reset). Like end(), the last call.
+  virtual void abort() = 0;
   virtual size_t buffered() const = 0;
 
  protected:

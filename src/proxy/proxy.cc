@@ -66,12 +66,18 @@ std::string prepare_request(const Request& req, const ProxyOptions& options) {
   // Only when it is not the default: every byte here is on every proxied request (one header
   // more on each made the server process's CPU per proxied request 1.05x, bench/workers.sh).
   if (req.scheme == "https") r.append("Corral-Scheme: https\r\n");
+  // Fields the client's Connection names are hop-by-hop for its request (RFC 9110 §7.6.1).
+  bool named = false;
+  for (const auto& h : req.headers)
+    if (h.name.size() == 10 && iequals(h.name, "connection") && connection_names_fields(h.value))
+      named = true;
   for (const auto& h : req.headers) {
     // Expect: the front has the whole body before the route runs (it answered the client's
     // 100-continue itself, as nginx does), and the body goes with the head: no expectation is
     // left for the upstream to meet.
     if (hop_by_hop(h.name) || corral_header(h.name) || iequals(h.name, "content-length") ||
-        iequals(h.name, "host") || iequals(h.name, "expect"))
+        iequals(h.name, "host") || iequals(h.name, "expect") ||
+        (named && req.headers.has_token("connection", h.name)))
       continue;
     r.append(h.name).append(": ").append(h.value).append("\r\n");
   }
@@ -107,7 +113,7 @@ class Body;
 // the connection it is on, and by its Call again while a retry waits for the next round. The
 // client's side (the Call until the head is answered, then the Body that carries the response's
 // body) and the exchange point at each other; whichever goes first unlinks itself.
-class ProxiedExchange final : public Exchange, private http::BodyConsumer {
+class ProxiedExchange final : public Exchange, private http::BodyConsumer, private RoomWaiter {
  public:
   ProxiedExchange(core::EventLoop& loop, std::string request, uint32_t timeout_ms, bool head,
                   bool upgrade_requested, UpstreamPool* pool, bool may_pipeline,
@@ -132,6 +138,7 @@ class ProxiedExchange final : public Exchange, private http::BodyConsumer {
   // The caller's hook for a 504 (ProxyOptions::on_timeout) and its name for the upstream.
   void set_caller(ProxyOptions& options) {
     on_timeout_ = std::move(options.on_timeout);
+    on_busy_ = std::move(options.on_busy);
     label_ = std::move(options.label);
   }
   const std::string& label() const { return label_; }
@@ -173,7 +180,15 @@ class ProxiedExchange final : public Exchange, private http::BodyConsumer {
   void answer_head();
   void respond(Response r);
   void respond_error(int status, std::string_view why);
+  // The upstream's accept queue stayed full: 503 with Retry-After (ProxyOptions::on_busy).
+  void respond_busy();
   void finish_body();
+  // The body cannot be completed (the upstream cut it, or sent what is no body): the client
+  // sees it cut (http::StreamWriter::abort), never a complete message.
+  void cut_body();
+  // A connection with room, after wait_for_room (RoomWaiter): the request goes on it.
+  void on_room(std::unique_ptr<UpstreamConnection> c, bool reused_connection) override;
+  void on_unreachable(std::string_view why) override;
   // BodyConsumer: the client's streamed request body, piped to the connection.
   bool on_body_data(std::string_view piece) override;
   void on_body_end() override;
@@ -193,6 +208,7 @@ class ProxiedExchange final : public Exchange, private http::BodyConsumer {
   core::Timer timer_;   // until the response head
   uint32_t timeout_ms_;
   std::function<Response(std::string_view, std::string_view)> on_timeout_;  // instead of a 504
+  std::function<Response(std::string_view, std::string_view)> on_busy_;     // instead of a 503
   std::string label_;                                                       // ProxyOptions::label
   Call* call_ = nullptr;  // the client's side until the head is answered
   Body* body_ = nullptr;  // then the stream that carries the body
@@ -205,37 +221,12 @@ class ProxiedExchange final : public Exchange, private http::BodyConsumer {
   bool head_waits_ = false;              // a body of known length may be whole after this read
   bool head_seen_ = false;
   bool complete_ = false;
+  bool cut_ = false;           // the body was cut before its writer came: cut it once it does
+  bool waiting_room_ = false;  // in its pool's wait_for_room
 };
 
-// Sends `ex`: pipelined behind the requests of this round on a pooled connection, or on an idle
-// pooled one, or on a new one.
-void dispatch(std::unique_ptr<ProxiedExchange> ex) {
-  ex->timer_.arm_after(ex->timeout_ms_);
-  UpstreamPool* pool = ex->pool_;
-  if (pool && ex->pipelinable) {
-    if (UpstreamConnection* c = pool->joinable(ex->path_)) {
-      ex->reused = true;  // a connection that fails before answering it: sent again (fail)
-      ++pool->stats().pipelined;
-      c->push(std::move(ex));
-      return;
-    }
-  }
-  std::unique_ptr<UpstreamConnection> c;
-  if (pool) c = pool->take(ex->path_);
-  ex->reused = c != nullptr;
-  if (!c) {
-    auto opened = UpstreamConnection::open(ex->loop_, ex->path_, pool);
-    if (!opened.conn) {
-      ex->never_sent = opened.unreachable;
-      ProxiedExchange* e = ex.get();
-      return e->fail(std::move(ex), 502, opened.why, opened.unreachable);
-    }
-    c = std::move(opened.conn);
-  }
-  ProxiedExchange* e = ex.get();
-  c.release()->push(std::move(ex));  // a busy connection owns itself (upstream_connection.h)
-  e->read_body();
-}
+// Sends `ex` (defined after Call, which holds an exchange waiting for room).
+void dispatch(std::unique_ptr<ProxiedExchange> ex);
 
 // The route's deferred response: starts the exchange, finds the upstream first (proxy_found),
 // and holds the exchange while a retry waits for the next loop round.
@@ -267,6 +258,9 @@ class Call final : public http::DeferredProducer {
   // `ex` goes out again next round: on a fresh connection, or after finding the upstream again.
   void again(std::unique_ptr<ProxiedExchange> ex, bool find);
   void unlink_exchange() { ex_ = nullptr; }
+  // Holds `ex` while it waits for room in its upstream's accept queue; take_waiting gives it back.
+  void hold(std::unique_ptr<ProxiedExchange> ex) { waiting_ = std::move(ex); }
+  std::unique_ptr<ProxiedExchange> take_waiting() { return std::move(waiting_); }
   // The finder's answer (UpstreamAnswer).
   void found(std::string path, std::optional<Response> instead);
 
@@ -286,6 +280,48 @@ class Call final : public http::DeferredProducer {
   bool idempotent_;
   bool retried_ = false;
 };
+
+// Sends `ex`: pipelined behind the requests of this round on a pooled connection, or on an idle
+// pooled one, or on a new one.
+void dispatch(std::unique_ptr<ProxiedExchange> ex) {
+  ex->timer_.arm_after(ex->timeout_ms_);
+  UpstreamPool* pool = ex->pool_;
+  if (pool && ex->pipelinable) {
+    if (UpstreamConnection* c = pool->joinable(ex->path_)) {
+      ex->reused = true;  // a connection that fails before answering it: sent again (fail)
+      ++pool->stats().pipelined;
+      c->push(std::move(ex));
+      return;
+    }
+  }
+  std::unique_ptr<UpstreamConnection> c;
+  if (pool) c = pool->take(ex->path_);
+  ex->reused = c != nullptr;
+  if (!c) {
+    auto opened = UpstreamConnection::open(ex->loop_, ex->path_, pool);
+    if (!opened.conn) {
+      ex->never_sent = opened.unreachable;
+      ProxiedExchange* e = ex.get();
+      if (opened.busy && pool && e->call_) {
+        // The upstream's accept queue is full: the request waits for room, in order, within its
+        // response timeout (already running), held by its call meanwhile.
+        e->waiting_room_ = true;
+        pool->wait_for_room(e->path_, *e);
+        return e->call_->hold(std::move(ex));
+      }
+      if (opened.busy) {
+        e->discard = true;
+        e->respond_busy();
+        return e->loop_.destroy_later(std::move(ex));
+      }
+      return e->fail(std::move(ex), 502, opened.why, opened.unreachable);
+    }
+    c = std::move(opened.conn);
+  }
+  ProxiedExchange* e = ex.get();
+  c.release()->push(std::move(ex));  // a busy connection owns itself (upstream_connection.h)
+  e->read_body();
+}
 
 }  // namespace
 
@@ -356,6 +392,7 @@ class Body final : public http::StreamProducer {
 };
 
 ProxiedExchange::~ProxiedExchange() {
+  if (waiting_room_ && pool_) pool_->stop_waiting(*this);
   detach_body();
   if (call_) call_->unlink_exchange();
   if (body_) body_->unlink_exchange();
@@ -385,6 +422,7 @@ void ProxiedExchange::abort() {
   discard = true;
   pending_body_.clear();
   timer_.cancel();
+  if (std::exchange(waiting_room_, false) && pool_) pool_->stop_waiting(*this);
   detach_body();
   // The first on its connection: closed, so an upstream reading a streamed body sees it cut.
   if (conn) conn->abandon(*this, Loss{});
@@ -421,10 +459,19 @@ void ProxiedExchange::attach_writer(http::StreamWriter* w) {
     pending_body_.clear();
     if (!writer_->write(pending) && conn) conn->pause_reading();
   }
+  if (cut_) return cut_body();
   if (complete_) finish_body();
 }
 
 void ProxiedExchange::timed_out() {
+  if (waiting_room_) {
+    // Its upstream never had room for it: it was never sent. 503, come back later.
+    waiting_room_ = false;
+    if (pool_) pool_->stop_waiting(*this);
+    discard = true;
+    detach_body();
+    return respond_busy();  // its call holds it, and goes with it
+  }
   // The first on its connection closes it (lost answers); one behind answers here and reads
   // its response to nothing when it comes.
   if (conn && conn->abandon(*this, Loss{504, "upstream response timeout", false})) return;
@@ -440,7 +487,9 @@ void ProxiedExchange::lost(std::unique_ptr<Exchange> self, const Loss& loss) {
   }
   if (loss.status == 0 || discard) {
     detach_body();
-    if (writer_) finish_body();  // cut short: chunked is terminated, a short length shows
+    // Cut short by the upstream (or the client is gone, and there is no writer): the client
+    // must see the body cut, never a complete message.
+    if (!discard) respond_error(502, "upstream response cut short");
     loop_.destroy_later(std::move(self));
     return;
   }
@@ -481,9 +530,11 @@ void ProxiedExchange::on_head(ResponseHead& head) {
   Response r;
   r.status = head.status;
   // Filtered while read already, except for an upgrade request, which kept them all for a 101
-  // that did not come.
+  // that did not come; and the fields the response's Connection names (RFC 9110 §7.6.1).
+  bool named = !head.connection.empty() && connection_names_fields(head.connection);
   for (auto& [k, v] : head.headers)
-    if (!dropped_response_header(k)) r.headers.emplace_back(std::move(k), std::move(v));
+    if (!dropped_response_header(k) && !(named && connection_lists(head.connection, k)))
+      r.headers.emplace_back(std::move(k), std::move(v));
   head.headers.clear();
   bool no_body = head_request || r.status == 204 || r.status == 304;
   if (no_body) {
@@ -583,9 +634,47 @@ void ProxiedExchange::respond_error(int status, std::string_view why) {
     auto r = Response::status_only(status);
     r.header("Corral-Proxy-Error", std::string(why));
     respond(std::move(r));
-  } else if (writer_) {
-    finish_body();
+  } else {
+    cut_body();  // the head went out: the body cannot be completed
   }
+}
+
+void ProxiedExchange::respond_busy() {
+  if (!call_ || !call_->responder) return;
+  if (on_busy_) {
+    std::string_view method(request);  // the request line's first word
+    method = method.substr(0, method.find(' '));
+    return respond(std::exchange(on_busy_, nullptr)(method, label_));
+  }
+  auto r = Response::status_only(503);
+  r.header("Retry-After", "1");
+  r.header("Corral-Proxy-Error", "upstream accept queue full");
+  respond(std::move(r));
+}
+
+void ProxiedExchange::cut_body() {
+  if (auto* w = std::exchange(writer_, nullptr)) return w->abort();
+  if (body_) cut_ = true;  // its stream has not started: cut when it does (attach_writer)
+}
+
+void ProxiedExchange::on_room(std::unique_ptr<UpstreamConnection> c, bool reused_connection) {
+  waiting_room_ = false;
+  std::unique_ptr<ProxiedExchange> self = call_ ? call_->take_waiting() : nullptr;
+  if (!self) {  // cannot happen: the call holds it while it waits; the connection goes back
+    if (pool_ && c->idle()) pool_->give(std::move(c));
+    return;
+  }
+  reused = reused_connection;
+  c.release()->push(std::move(self));  // a busy connection owns itself (upstream_connection.h)
+  read_body();
+}
+
+void ProxiedExchange::on_unreachable(std::string_view why) {
+  waiting_room_ = false;
+  std::unique_ptr<ProxiedExchange> self = call_ ? call_->take_waiting() : nullptr;
+  if (!self) return;
+  never_sent = true;
+  fail(std::move(self), 502, why, true);
 }
 
 void ProxiedExchange::finish_body() {

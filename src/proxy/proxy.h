@@ -56,6 +56,9 @@ struct ProxyOptions {
   // caller's closure holds only what is the same for every request: one of a reference and an
   // integer is kept inside the std::function, with no allocation per request.
   std::function<http::Response(std::string_view method, std::string_view label)> on_timeout;
+  // The upstream's accept queue stayed full until the response timeout (the request never left):
+  // the response instead of the bare 503 with Retry-After: 1 (as on_timeout, called once).
+  std::function<http::Response(std::string_view method, std::string_view label)> on_busy;
   std::string target;  // the request target the upstream sees; empty: the client's
   // What the caller names this request's upstream by (a worker's address): given to the finder
   // (proxy_found) and to on_timeout, so neither has to carry a copy of its own.

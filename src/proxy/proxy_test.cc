@@ -65,18 +65,36 @@ class ProxyClock : public ::testing::Test {
               static_cast<ssize_t>(bytes.size()));
   }
   // The upstream's end of a pooled connection, idle after one answered GET (the next request
-  // through the pool takes it).
-  core::UniqueFd pooled_upstream() {
+  // through the pool takes it). `echo`: the upstream echoed that request's Corral-Seq, as the
+  // worker libraries do, so GETs may be pipelined on it.
+  core::UniqueFd pooled_upstream(bool echo = false) {
     Answer first;
     start(first, "/1", {.pool = &pool_});
     auto up = accept_upstream();
     if (!up) return up;
-    received(up);
-    reply(up, "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n1");
+    auto seq = seq_of(received(up), "GET /1 ");
+    EXPECT_FALSE(seq.empty());  // the first GET of a connection asks
+    reply(up, "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n" +
+                  (echo ? "Corral-Seq: " + seq + "\r\n" : std::string()) + "\r\n1");
     settle();
     EXPECT_EQ(first.body(), "1");
     EXPECT_EQ(pool_.idle(), 1u);
     return up;
+  }
+  // The Corral-Seq value of the request that starts with `line` in `sent` ("" if none).
+  static std::string seq_of(std::string_view sent, std::string_view line) {
+    size_t at = sent.find(line);
+    if (at == std::string_view::npos) return "";
+    size_t end = sent.find("\r\n\r\n", at);
+    size_t field = sent.find("Corral-Seq: ", at);
+    if (field == std::string_view::npos || field > end) return "";
+    field += 12;
+    return std::string(sent.substr(field, sent.find("\r\n", field) - field));
+  }
+  static std::string ok(std::string_view body, std::string_view seq = {}) {
+    std::string r = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+    if (!seq.empty()) r.append("Corral-Seq: ").append(seq).append("\r\n");
+    return r.append("\r\n").append(body);
   }
   static size_t count(std::string_view in, std::string_view what) {
     size_t n = 0;
@@ -152,17 +170,11 @@ TEST_F(ProxyClock, AHeadBeforeTheTimeoutStopsIt) {
   EXPECT_EQ(a.got->status, 200);
 }
 
-TEST_F(ProxyClock, APooledConnectionIsReusedAndTheRoundsGetsArePipelined) {
-  Answer first;
-  start(first, "/1", {.pool = &pool_});
-  auto up = accept_upstream();
+TEST_F(ProxyClock, APooledConnectionIsReusedAndTheRoundsGetsArePipelinedWhenItEchoes) {
+  auto up = pooled_upstream(/*echo=*/true);
   ASSERT_TRUE(up);
-  EXPECT_EQ(count(received(up), "GET /1 "), 1u);
-  reply(up, "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n1");
-  settle();
-  EXPECT_EQ(first.body(), "1");
-  EXPECT_EQ(pool_.idle(), 1u);
-  // Two GETs in one round: both on the pooled connection, the second behind the first.
+  // Two GETs in one round: both on the pooled connection, the second behind the first, with a
+  // Corral-Seq its answer must echo (the first needs none: nothing is ahead of it).
   Answer a, b;
   start(a, "/a", {.pool = &pool_});
   start(b, "/b", {.pool = &pool_});
@@ -171,24 +183,114 @@ TEST_F(ProxyClock, APooledConnectionIsReusedAndTheRoundsGetsArePipelined) {
   auto sent = received(up);
   EXPECT_EQ(count(sent, "GET /"), 2u) << sent;
   EXPECT_LT(sent.find("GET /a"), sent.find("GET /b"));
+  EXPECT_EQ(seq_of(sent, "GET /a "), "");
+  auto seq = seq_of(sent, "GET /b ");
+  EXPECT_FALSE(seq.empty()) << sent;
   EXPECT_EQ(pool_.stats().pipelined, 1u);
   // Both answers in one write: each gets its own.
-  reply(
-      up,
-      "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\naHTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nb");
+  reply(up, ok("a") + ok("b", seq));
   settle();
   EXPECT_EQ(a.body(), "a");
   EXPECT_EQ(b.body(), "b");
+  ASSERT_TRUE(b.got);
+  EXPECT_FALSE(b.got->find_header("Corral-Seq"));  // the proxy's business, not the client's
   EXPECT_EQ(pool_.idle(), 1u);
   EXPECT_EQ(pool_.stats().rescued, 0u);
 }
 
+TEST_F(ProxyClock, AnUpstreamThatDoesNotEchoIsNeverPipelined) {
+  auto up = pooled_upstream(/*echo=*/false);
+  ASSERT_TRUE(up);
+  Answer a, b;
+  start(a, "/a", {.pool = &pool_});
+  start(b, "/b", {.pool = &pool_});
+  auto other = accept_upstream();  // the second GET gets a connection of its own
+  ASSERT_TRUE(other);
+  auto sent = received(up);
+  EXPECT_EQ(count(sent, "GET /"), 1u) << sent;
+  EXPECT_EQ(sent.find("Corral-Seq"), std::string::npos) << sent;  // it is known not to echo
+  EXPECT_EQ(count(received(other), "GET /b "), 1u);
+  EXPECT_EQ(pool_.stats().pipelined, 0u);
+  reply(up, ok("a"));
+  reply(other, ok("b"));
+  settle();
+  EXPECT_EQ(a.body(), "a");
+  EXPECT_EQ(b.body(), "b");
+}
+
+// A worker that answers one request twice (in one write) while another was pipelined behind it:
+// the second answer does not echo that request's Corral-Seq, so it is nobody's; the connection
+// closes and the request behind is sent again on a fresh one, where it gets its own answer.
+TEST_F(ProxyClock, OneResponseTooManyNeverAnswersTheRequestBehind) {
+  auto up = pooled_upstream(/*echo=*/true);
+  ASSERT_TRUE(up);
+  Answer a, b;
+  start(a, "/a", {.pool = &pool_});
+  start(b, "/b", {.pool = &pool_});
+  settle();
+  auto sent = received(up);
+  ASSERT_EQ(count(sent, "GET /"), 2u) << sent;
+  reply(up, ok("a") + ok("a again") + ok("b", seq_of(sent, "GET /b ")));
+  settle();
+  EXPECT_EQ(a.body(), "a");
+  EXPECT_FALSE(b.got);
+  auto again = accept_upstream();
+  ASSERT_TRUE(again);
+  EXPECT_EQ(count(received(again), "GET /b "), 1u);
+  reply(again, ok("b"));
+  settle();
+  EXPECT_EQ(b.body(), "b");
+  EXPECT_EQ(pool_.idle(), 0u);  // the one that answered twice is closed (the fresh one too)
+}
+
+// A 204 has no body whatever follows it: bytes after its head, before the answer to the
+// request pipelined behind, are not that answer (they do not echo its Corral-Seq).
+TEST_F(ProxyClock, BytesAfterA204AreNobodysAnswer) {
+  auto up = pooled_upstream(/*echo=*/true);
+  ASSERT_TRUE(up);
+  Answer a, b;
+  start(a, "/a", {.pool = &pool_});
+  start(b, "/b", {.pool = &pool_});
+  settle();
+  auto sent = received(up);
+  ASSERT_EQ(count(sent, "GET /"), 2u) << sent;
+  reply(up, "HTTP/1.1 204 No Content\r\n\r\n" + ok("not b's") + ok("b", seq_of(sent, "GET /b ")));
+  settle();
+  ASSERT_TRUE(a.got);
+  EXPECT_EQ(a.got->status, 204);
+  EXPECT_FALSE(b.got);
+  auto again = accept_upstream();
+  ASSERT_TRUE(again);
+  reply(again, ok("b"));
+  settle();
+  EXPECT_EQ(b.body(), "b");
+}
+
+// Bytes that were on a pooled connection before the request taken to it left (the previous
+// answer's excess, arriving late) are read before it is sent: nobody's answer. The request goes
+// on a fresh connection.
+TEST_F(ProxyClock, BytesBeforeTheRequestLeftAreNobodysAnswer) {
+  auto up = pooled_upstream();
+  ASSERT_TRUE(up);
+  reply(up, ok("stray"));  // the pool has not seen them yet
+  Answer a;
+  start(a, "/a", {.pool = &pool_});  // takes the pooled connection; sent after this round
+  auto again = accept_upstream();
+  ASSERT_TRUE(again);
+  EXPECT_EQ(received(up), "");  // never sent on the connection with the stray bytes
+  EXPECT_EQ(count(received(again), "GET /a "), 1u);
+  reply(again, ok("a"));
+  settle();
+  EXPECT_EQ(a.body(), "a");
+}
+
 TEST_F(ProxyClock, RequestsHeldBehindAStalledResponseAreSentAgainElsewhere) {
+  auto up = pooled_upstream(/*echo=*/true);
+  ASSERT_TRUE(up);
   Answer slow, behind;
   start(slow, "/slow", {.pool = &pool_});
   start(behind, "/behind", {.pool = &pool_});
-  auto up = accept_upstream();
-  ASSERT_TRUE(up);
+  settle();
   EXPECT_EQ(count(received(up), "GET /"), 2u);
   now_ms_ += UpstreamConnection::kStallMs - 1;
   settle();
@@ -199,19 +301,70 @@ TEST_F(ProxyClock, RequestsHeldBehindAStalledResponseAreSentAgainElsewhere) {
   auto again = accept_upstream();  // the one behind, on a connection of its own
   ASSERT_TRUE(again);
   EXPECT_EQ(received(again).rfind("GET /behind HTTP/1.1\r\n", 0), 0u);
-  reply(again, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nbehind");
+  reply(again, ok("behind"));
   settle();
   EXPECT_EQ(behind.body(), "behind");
   EXPECT_FALSE(slow.got);
   // The stalled connection answers both; the first is taken, the connection is not reused (the
   // upstream still had the request sent again elsewhere).
-  reply(up,
-        "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nslowHTTP/1.1 200 OK\r\nContent-Length: "
-        "1\r\n\r\nx");
+  reply(up, ok("slow") + ok("x"));
   settle();
   EXPECT_EQ(slow.body(), "slow");
   EXPECT_EQ(behind.body(), "behind");
   EXPECT_EQ(pool_.idle(), 0u);
+}
+
+// A connect to a Unix socket whose accept queue is full fails at once (EAGAIN): the requests
+// wait for room, in order, and each goes as soon as a connect succeeds again.
+TEST_F(ProxyClock, AFullAcceptQueueIsWaitedForInOrder) {
+  ASSERT_EQ(::listen(listener_.get(), 0), 0);  // one connection may wait in it
+  Answer a, b, c;
+  start(a, "/a", {.pool = &pool_});
+  start(b, "/b", {.pool = &pool_});
+  start(c, "/c", {.pool = &pool_});
+  settle();
+  EXPECT_EQ(pool_.waiting(), 2u);
+  std::vector<core::UniqueFd> ups;
+  for (std::string_view path : {"GET /a ", "GET /b ", "GET /c "}) {
+    ups.push_back(accept_upstream());
+    ASSERT_TRUE(ups.back()) << path;
+    EXPECT_EQ(count(received(ups.back()), path), 1u) << path;  // in the order they came
+    now_ms_ += UpstreamPool::kRoomRetryMs;  // the next connect: room for one more
+    settle();
+  }
+  for (size_t i = 0; i < 3; ++i) reply(ups[i], ok(std::string(1, static_cast<char>('a' + i))));
+  settle();
+  EXPECT_EQ(a.body(), "a");
+  EXPECT_EQ(b.body(), "b");
+  EXPECT_EQ(c.body(), "c");
+  EXPECT_EQ(pool_.waiting(), 0u);
+}
+
+// Past its response timeout a request that never found room is 503 with Retry-After (or what
+// on_busy answers): it was never sent.
+TEST_F(ProxyClock, NoRoomWithinTheResponseTimeoutIs503) {
+  ASSERT_EQ(::listen(listener_.get(), 0), 0);
+  Answer a, b, c;
+  start(a, "/a", {.pool = &pool_, .response_timeout_ms = 200});
+  start(b, "/b", {.pool = &pool_, .response_timeout_ms = 200});
+  ProxyOptions o{.pool = &pool_, .response_timeout_ms = 200, .label = "room:1"};
+  std::string told;
+  o.on_busy = [&told](std::string_view method, std::string_view label) {
+    told = std::string(method) + " " + std::string(label);
+    return http::Response::text("busy\n", 503);
+  };
+  start(c, "/c", std::move(o));
+  settle();
+  EXPECT_EQ(pool_.waiting(), 2u);
+  now_ms_ += 201;
+  settle();
+  ASSERT_TRUE(a.got && b.got && c.got);
+  EXPECT_EQ(a.got->status, 504);  // its connect waited in the queue: sent, never answered
+  EXPECT_EQ(b.got->status, 503);
+  EXPECT_EQ(b.got->find_header("Retry-After"), "1");
+  EXPECT_EQ(c.body(), "busy\n");
+  EXPECT_EQ(told, "GET room:1");
+  EXPECT_EQ(pool_.waiting(), 0u);
 }
 
 TEST_F(ProxyClock, ADeadPooledConnectionIsRetriedOnAFreshOne) {

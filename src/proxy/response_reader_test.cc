@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "http/request.h"
+#include "proxy/fields.h"
 
 namespace corral::proxy {
 namespace {
@@ -19,6 +20,7 @@ struct Recorder final : ResponseReader::Events {
     headers = h.headers;
     content_type = h.content_type;
     length = h.content_length;
+    connection = h.connection;
   }
   void on_body(std::string_view data) override { body.append(data); }
   int heads = 0;
@@ -26,6 +28,7 @@ struct Recorder final : ResponseReader::Events {
   std::vector<std::pair<std::string, std::string>> headers;
   std::string content_type;
   std::optional<uint64_t> length;
+  std::string connection;
   std::string body;
 };
 
@@ -189,6 +192,92 @@ TEST(ResponseReader, AHeadPastItsBoundIsAnErrorAndOneWithinItIsRead) {
   EXPECT_EQ(reader.feed(within.data(), within.size()).state, ResponseReader::State::kComplete);
   reader.start(rec, false, false);
   EXPECT_EQ(feed_in_steps(reader, past, 4096).state, ResponseReader::State::kError);
+}
+
+// The answer to a request that carried Corral-Seq N must echo N; one that echoes another value,
+// or that echoes anything for a request without one, is another request's answer.
+TEST(ResponseReader, AResponseIsItsRequestsOnlyIfItEchoesItsSeq) {
+  auto state = [](uint64_t seq, bool required, std::string_view fields, bool* echoed = nullptr) {
+    std::string bytes = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n" + std::string(fields) + "\r\nok";
+    for (size_t step : {bytes.size(), size_t{1}}) {  // the value split across reads, too
+      ResponseReader reader(drop_date);
+      Recorder rec;
+      reader.start(rec, false, false, seq, required);
+      auto fed = feed_in_steps(reader, bytes, step);
+      if (echoed) *echoed = reader.seq_echoed();
+      for (const auto& [k, v] : rec.headers) EXPECT_FALSE(http::iequals(k, "corral-seq"));
+      if (fed.state == ResponseReader::State::kError) {
+        EXPECT_TRUE(reader.not_its_response());
+        EXPECT_EQ(rec.heads, 0);  // never seen by the request it is not the answer to
+      }
+      if (step == 1) return fed.state;
+    }
+    return ResponseReader::State::kError;
+  };
+  bool echoed = false;
+  EXPECT_EQ(state(7, true, "Corral-Seq: 7\r\n", &echoed), ResponseReader::State::kComplete);
+  EXPECT_TRUE(echoed);
+  EXPECT_EQ(state(7, true, "corral-seq:  7 \r\n"), ResponseReader::State::kComplete);
+  EXPECT_EQ(state(7, true, "Corral-Seq: 8\r\n"), ResponseReader::State::kError);
+  EXPECT_EQ(state(7, true, "Corral-Seq: 7x\r\n"), ResponseReader::State::kError);
+  EXPECT_EQ(state(7, true, ""), ResponseReader::State::kError);  // pipelined: it must echo
+  // The first request of a connection asks whether the upstream echoes: no echo is an answer.
+  EXPECT_EQ(state(7, false, "", &echoed), ResponseReader::State::kComplete);
+  EXPECT_FALSE(echoed);
+  EXPECT_EQ(state(7, false, "Corral-Seq: 6\r\n"), ResponseReader::State::kError);
+  EXPECT_EQ(state(0, false, ""), ResponseReader::State::kComplete);
+  EXPECT_EQ(state(0, false, "Corral-Seq: 6\r\n"), ResponseReader::State::kError);
+}
+
+TEST(ResponseReader, ATransferCodingOtherThanChunkedIsAnError) {
+  auto fed = [](std::string_view te, bool head_request = false, int status = 200) {
+    std::string bytes = "HTTP/1.1 " + std::to_string(status) +
+                        " X\r\nTransfer-Encoding: " + std::string(te) + "\r\n\r\n" +
+                        (head_request || status == 204 ? "" : "2\r\nok\r\n0\r\n\r\n");
+    ResponseReader reader;
+    Recorder rec;
+    reader.start(rec, head_request, false);
+    auto state = reader.feed(bytes.data(), bytes.size()).state;
+    if (state == ResponseReader::State::kError) {
+      EXPECT_EQ(reader.error(), ResponseReader::kTransferCoding) << te;
+    }
+    return state;
+  };
+  EXPECT_EQ(fed("chunked"), ResponseReader::State::kComplete);
+  EXPECT_EQ(fed("Chunked"), ResponseReader::State::kComplete);
+  EXPECT_EQ(fed("gzip, chunked"), ResponseReader::State::kError);
+  EXPECT_EQ(fed("gzip,chunked"), ResponseReader::State::kError);
+  EXPECT_EQ(fed("gzip"), ResponseReader::State::kError);
+  // No body, nothing decoded: the field is dropped as any hop-by-hop one.
+  EXPECT_EQ(fed("gzip, chunked", true), ResponseReader::State::kComplete);
+  EXPECT_EQ(fed("gzip, chunked", false, 204), ResponseReader::State::kComplete);
+}
+
+TEST(ResponseReader, KeepsTheConnectionOptionsAndEndsA204AtItsHead) {
+  std::string bytes =
+      "HTTP/1.1 204 No Content\r\nConnection: X-A, keep-alive\r\nX-A: 1\r\n"
+      "Connection: X-B\r\n\r\nbytes after";
+  ResponseReader reader([](std::string_view name) { return http::iequals(name, "connection"); });
+  Recorder rec;
+  reader.start(rec, false, false);
+  auto fed = reader.feed(bytes.data(), bytes.size());
+  EXPECT_EQ(fed.state, ResponseReader::State::kComplete);
+  EXPECT_EQ(bytes.substr(fed.used), "bytes after");  // not the 204's: whoever's is next
+  EXPECT_EQ(rec.status, 204);
+  ASSERT_EQ(rec.headers.size(), 1u);
+  EXPECT_EQ(rec.headers[0].first, "X-A");  // the proxy drops it (fields.h); the reader keeps it
+  EXPECT_EQ(rec.connection, "X-A, keep-alive,X-B");
+}
+
+TEST(Fields, ConnectionOptionsNameWholeTokens) {
+  EXPECT_TRUE(connection_lists("keep-alive, X-Secret", "x-secret"));
+  EXPECT_TRUE(connection_lists("X-A,X-Secret ,", "X-SECRET"));
+  EXPECT_FALSE(connection_lists("x-secret-2", "x-secret"));
+  EXPECT_FALSE(connection_lists("close", "close-not"));
+  EXPECT_FALSE(connection_lists("", "x"));
+  EXPECT_FALSE(connection_names_fields("close, Keep-Alive,"));
+  EXPECT_FALSE(connection_names_fields(""));
+  EXPECT_TRUE(connection_names_fields("keep-alive, x-a"));
 }
 
 }  // namespace

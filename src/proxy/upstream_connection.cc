@@ -36,9 +36,13 @@ UpstreamConnection::Opened UpstreamConnection::open(core::EventLoop& loop, std::
   sun.sun_family = AF_UNIX;
   std::memcpy(sun.sun_path, path.data(), path.size());
   core::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!fd || ::connect(fd.get(), reinterpret_cast<sockaddr*>(&sun), sizeof sun) < 0) {
-    // Nothing left: safe to try again whatever the method.
-    if (errno != EAGAIN && errno != EINPROGRESS) return {nullptr, "upstream unreachable", true};
+  if (!fd) return {nullptr, "upstream unreachable", true};
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sun), sizeof sun) < 0) {
+    // A Unix stream connect never completes later: EAGAIN is an accept queue that is full, and
+    // the socket stays unconnected. Nothing left either way: safe to try again whatever the
+    // method.
+    if (errno == EAGAIN) return {nullptr, "upstream accept queue full", true, true};
+    if (errno != EINPROGRESS) return {nullptr, "upstream unreachable", true};
   }
   auto c = adopt(loop, std::move(fd), std::string(path), pool);
   if (!c) return {nullptr, "epoll"};
@@ -61,12 +65,13 @@ void UpstreamConnection::shut() {
   fd_.reset();
 }
 
-// At most kMaxPipeline: only UpstreamPool::joinable adds one behind another, below that depth.
+// At most kMaxPipeline: only UpstreamPool::joinable adds one behind another, below that depth
+// (and only on a connection that echoes).
 void UpstreamConnection::push(std::unique_ptr<Exchange> ex) {
   ex->conn = this;
   ex->sent_ms = loop_.now();
-  out_.append(ex->request);
   bool first = queue_.empty();
+  append_request(*ex, first);
   queue_.push_back(std::move(ex));
   if (first) {
     pipelinable_ = queue_.front()->pipelinable;
@@ -83,11 +88,36 @@ void UpstreamConnection::push(std::unique_ptr<Exchange> ex) {
   send();
 }
 
+// A request pipelined behind another carries a Corral-Seq its response must echo; so does the
+// first GET or HEAD of a pooled connection, to learn whether the upstream echoes at all (its
+// response need not). Both are GET or HEAD without a body: their bytes end with the head's empty
+// line, before which the field goes. Others go as they are: they are never pipelined, and on a
+// connection that echoes, a response that carries a Corral-Seq is not theirs.
+void UpstreamConnection::append_request(Exchange& ex, bool first) {
+  ex.behind = !first;
+  ex.seq = 0;
+  ex.out_begin = queued_;
+  size_t before = out_.size();
+  std::string_view request = ex.request;
+  bool tag = pool_ && ex.pipelinable && (ex.behind || echo_ == Echo::kUnknown) &&
+             request.ends_with("\r\n\r\n");
+  if (tag) {
+    ex.seq = pool_->next_seq();
+    char field[40];
+    int n = snprintf(field, sizeof field, "Corral-Seq: %llu\r\n\r\n",
+                     static_cast<unsigned long long>(ex.seq));
+    out_.append(request.substr(0, request.size() - 2)).append(field, static_cast<size_t>(n));
+  } else {
+    out_.append(request);
+  }
+  queued_ += out_.size() - before;
+}
+
 // The first exchange in the queue reads from now on (its predecessor's response ended).
 void UpstreamConnection::start_front() {
   Exchange& ex = *queue_.front();
   if (ex.discard) return close(Loss{});  // its client is gone: no reading its answer to nothing
-  reader_.start(ex, ex.head_request, ex.upgrade);
+  reader_.start(ex, ex.head_request, ex.upgrade, ex.seq, ex.behind);
   if (queue_.size() > 1 && !stall_.armed()) stall_.arm_after(kStallMs);
 }
 
@@ -113,6 +143,7 @@ void UpstreamConnection::send() {
     if (n > 0) {
       queue_.front()->wrote = true;
       out_sent_ += static_cast<size_t>(n);
+      written_ += static_cast<uint64_t>(n);
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
@@ -141,6 +172,7 @@ void UpstreamConnection::send() {
 
 bool UpstreamConnection::send_body(std::string_view piece, bool chunked) {
   if (closed_) return true;
+  size_t before = out_.size();
   if (chunked) {
     char size[24];
     int n = snprintf(size, sizeof size, "%zx\r\n", piece.size());
@@ -148,6 +180,7 @@ bool UpstreamConnection::send_body(std::string_view piece, bool chunked) {
   } else {
     out_.append(piece);
   }
+  queued_ += out_.size() - before;
   // With a pool the head may still wait for this round's flush: it is ahead in out_, so sending
   // now keeps the order.
   send();
@@ -157,6 +190,7 @@ bool UpstreamConnection::send_body(std::string_view piece, bool chunked) {
 void UpstreamConnection::end_chunked_body() {
   if (closed_) return;
   out_.append("0\r\n\r\n");
+  queued_ += 5;
   send();
 }
 
@@ -181,6 +215,12 @@ void UpstreamConnection::read() {
 // Bytes from the connection: the first exchange's, and after its response's end, the next one's.
 void UpstreamConnection::feed(const char* data, size_t n) {
   Exchange& ex = *queue_.front();
+  if (written_ <= ex.out_begin) {
+    // Read before a byte of its request left: not its answer (the previous response's excess,
+    // or an idle connection's). Its request never left: it goes again, whatever its method.
+    ex.unread = true;
+    return close(Loss{502, "upstream sent bytes nobody asked for", true});
+  }
   ex.got_bytes = true;
   auto fed = reader_.feed(data, n);
   switch (fed.state) {
@@ -205,7 +245,14 @@ void UpstreamConnection::feed(const char* data, size_t n) {
       return;
     }
     case ResponseReader::State::kError:
-      return close(Loss{502, "malformed upstream response", false});
+      if (reader_.not_its_response() || (ex.behind && !reader_.head_seen())) {
+        // Another request's answer, or (behind another response) bytes that may be that
+        // response's excess: nothing of its own came. Sent again (a GET or HEAD), on a fresh
+        // connection.
+        ex.got_bytes = false;
+        return close(Loss{502, reader_.error(), true});
+      }
+      return close(Loss{502, reader_.error(), false});
   }
 }
 
@@ -218,6 +265,7 @@ void UpstreamConnection::response_ended(const char* rest, size_t rest_n) {
   ex->conn = nullptr;
   uint64_t took = std::min<uint64_t>(loop_.now() - ex->sent_ms, 10'000);
   latency_x8_ = latency_x8_ - latency_x8_ / 8 + static_cast<uint32_t>(took);
+  if (ex->seq && echo_ == Echo::kUnknown) echo_ = reader_.seq_echoed() ? Echo::kYes : Echo::kNo;
   // A response before the end of its streamed request body: the upstream has an unfinished
   // request on this connection, never to be reused.
   bool keep = reader_.keep_alive() && !ex->body_open;
@@ -228,7 +276,9 @@ void UpstreamConnection::response_ended(const char* rest, size_t rest_n) {
              set_interest(kIdleEvents)) {
     pool_->give(std::unique_ptr<UpstreamConnection>(this));  // stays registered
   } else {
-    close(std::nullopt);  // the upstream closes it: those pipelined behind are sent again
+    // The upstream closes it, or sent bytes after the last response (nobody's: never passed
+    // on). Those pipelined behind are sent again.
+    close(std::nullopt);
   }
   ex->on_end();
   loop_.destroy_later(std::move(ex));

@@ -4,6 +4,15 @@
 // events go to it); those behind it were sent after it and wait for their turn. When a response
 // ends, the next exchange reads the bytes that came after it.
 //
+// A response is only ever given to the request it answers. Bytes that came before a byte of the
+// first exchange's request left (an idle connection's, or those after the last response) are
+// nobody's answer: the connection closes. HTTP/1.1 cannot tell a pipelined request's response
+// from one response too many to the request ahead of it, so a request is pipelined only on a
+// connection whose upstream echoes the Corral-Seq field the connection adds to it (the worker
+// libraries do; the first request of a connection asks), and its response must carry its own
+// value: one that does not (another request's answer, or bytes that are no response) closes the
+// connection, and the requests not yet answered on it are sent again (they are GET or HEAD).
+//
 // Lifetime: while the queue is not empty the connection owns itself (nothing else needs it, as
 // the Relay); idle, its UpstreamPool owns it. A connection that closes (the upstream went away,
 // an error, the first exchange's client left or timed out) hands each exchange back to itself
@@ -71,6 +80,12 @@ class Exchange : public ResponseReader::Events {
   // with bytes still unread in it). After a plain EOF it may have read and acted on it.
   bool unread = false;
   bool wrote = false;  // a byte went out on its connection while it was first in the queue
+  // Set by the connection's push: the Corral-Seq its request carries there (0: none), whether it
+  // was queued behind another (pipelined: its response must echo `seq`), and where its request
+  // begins in the connection's output (bytes, counted from the connection's start).
+  uint64_t seq = 0;
+  bool behind = false;
+  uint64_t out_begin = 0;
   // Its request body is streamed after `request` (the head) and has not ended: the connection
   // is never reused (its upstream has an unfinished request) and nothing is pipelined behind it.
   bool body_open = false;
@@ -113,6 +128,7 @@ class UpstreamConnection final : public core::IoHandler {
     std::unique_ptr<UpstreamConnection> conn;
     std::string_view why;      // when conn is null
     bool unreachable = false;  // the connect itself failed: nothing left
+    bool busy = false;         // ... because the upstream's accept queue is full (EAGAIN)
   };
   // A non-blocking connect to `path`, registered with `loop` (interest kIdleEvents). `pool`: where
   // it goes back when idle (null: closed after its response).
@@ -154,6 +170,8 @@ class UpstreamConnection final : public core::IoHandler {
   bool idle() const { return queue_.empty(); }
   bool open() const { return static_cast<bool>(fd_); }
   bool pipelinable() const { return pipelinable_; }
+  // Its upstream echoed the Corral-Seq of a request: requests may be pipelined on it.
+  bool echoes() const { return echo_ == Echo::kYes; }
   void set_pipelinable(bool p) { pipelinable_ = p; }
   bool reusable() const { return reusable_; }
   uint32_t latency_x8() const { return latency_x8_; }  // responses on it, EWMA, ms*8
@@ -169,6 +187,7 @@ class UpstreamConnection final : public core::IoHandler {
   void read();
   void feed(const char* data, size_t n);
   void response_ended(const char* rest, size_t rest_n);
+  void append_request(Exchange& ex, bool first);
   void start_front();
   bool set_interest(uint32_t want);
   // Closes: the first exchange is given back with `front`, those behind as lost (sent again);
@@ -184,7 +203,11 @@ class UpstreamConnection final : public core::IoHandler {
   uint32_t interest_ = 0;  // as registered with the loop
   std::string out_;        // requests not sent yet (from out_sent_)
   size_t out_sent_ = 0;
-  ExchangeQueue queue_;  // in flight, in order
+  uint64_t queued_ = 0;   // bytes ever appended to out_
+  uint64_t written_ = 0;  // bytes ever written to the socket
+  enum class Echo : uint8_t { kUnknown, kYes, kNo };
+  Echo echo_ = Echo::kUnknown;  // whether the upstream echoes Corral-Seq (learned once)
+  ExchangeQueue queue_;         // in flight, in order
   // Stores only the fields the proxy passes on: the others cost no copy (fields.h).
   ResponseReader reader_{dropped_response_header};
   core::Timer stall_;  // while requests wait behind a response that has not ended

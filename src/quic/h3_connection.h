@@ -71,6 +71,7 @@ class H3Stream final : private http::StreamWriter, private http::Responder {
   // StreamWriter
   bool write(std::string_view data) override;
   void end() override;
+  void abort() override;
   size_t buffered() const override { return unsent_; }
   // Responder
   void respond(http::Response response) override;
@@ -97,6 +98,7 @@ class H3Stream final : private http::StreamWriter, private http::Responder {
   uint64_t unsent_ = 0;       // bytes in chunks not handed out yet
   uint64_t body_bytes_ = 0;   // handed out (access log)
   bool eof_ = false;          // no chunk will be added any more
+  bool cut_ = false;          // abort(): the stream is reset, nothing is added any more
   bool blocked_ = false;      // read_data said WOULDBLOCK: resume on new data
   bool wants_writable_ = false;
   bool in_read_ = false;  // inside read_data (nghttp3 must not be re-entered)

@@ -320,7 +320,7 @@ void H3Stream::resume() {
 }
 
 bool H3Stream::write(std::string_view data) {
-  if (finished_ || eof_) return false;
+  if (finished_ || eof_ || cut_) return false;
   if (!data.empty()) add_chunk(std::string(data));
   resume();
   if (unsent_ >= kHighWater) {
@@ -331,10 +331,20 @@ bool H3Stream::write(std::string_view data) {
 }
 
 void H3Stream::end() {
-  if (finished_ || eof_) return;
+  if (finished_ || eof_ || cut_) return;
   eof_ = true;
   if (producer_) conn_.endpoint().loop().destroy_later(std::move(producer_));
   resume();  // if nghttp3 was told to wait, it must ask again to see the EOF
+}
+
+// The body's source failed: the stream is reset (H3_INTERNAL_ERROR), so the client never takes
+// what came for the whole body (an HTTP/3 body has no framing of its own to show the cut).
+void H3Stream::abort() {
+  if (finished_ || eof_ || cut_) return;
+  cut_ = true;
+  if (producer_) conn_.endpoint().loop().destroy_later(std::move(producer_));
+  (void)ngtcp2_conn_shutdown_stream(conn_.quic(), id_, NGHTTP3_H3_INTERNAL_ERROR);
+  conn_.schedule_write();
 }
 
 void H3Stream::respond(http::Response response) {

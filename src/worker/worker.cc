@@ -524,6 +524,9 @@ class Worker {
 
     server_ = std::make_unique<http::Server>(loop_, log_, options_.server);
     server_->on_idle_change = [this](bool) { update_idle(); };
+    // The manager listens with a backlog of 128: a burst past that would find the accept queue
+    // full (the proxy then waits for room). As deep as the system allows.
+    (void)::listen(listen_fd_.get(), SOMAXCONN);
     if (auto r = server_->adopt_listener(std::move(listen_fd_)); !r)
       return fatal(std::runtime_error("listen socket: " + r.error().reason));
     server_->publish(std::move(site.value()));

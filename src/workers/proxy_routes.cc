@@ -82,6 +82,17 @@ void add_proxy_routes(http::SiteBuilder& site, const std::vector<KindConfig>& ki
               return error_response(504, {{"message", "The worker did not answer in time."},
                                           {"code", "worker_timeout"}});
             };
+            // A worker whose accept queue stayed full (each connect failed with EAGAIN) until
+            // the response timeout: the request never reached it. 503, come back in a second.
+            options.on_busy = [&log, timeout_ms](std::string_view method, std::string_view worker) {
+              log.warn("worker_busy",
+                       "address=\"{}\" method={} waited_ms={} reason=\"accept queue full\"",
+                       core::wire_encode(worker), method, timeout_ms);
+              return error_response(
+                  503,
+                  {{"message", "The worker is busy. Try again shortly."}, {"code", "worker_busy"}},
+                  1);
+            };
             options.target = "/" + req.wildcard;
             if (!req.query.empty()) options.target.append("?").append(req.query);
             options.extra_headers.reserve(96);

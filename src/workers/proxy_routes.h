@@ -5,7 +5,10 @@
 // from the process's LinkResolver, the connection from its upstream pool (proxy/proxy.h). A kind's
 // authorize hook decides here, where the request's principal is known. A worker that sends no
 // response head within the kind's response_timeout_ms is answered 504 {"error":{"message",
-// "code":"worker_timeout"}} and logged (`worker_timeout`, with the address and the timeout).
+// "code":"worker_timeout"}} and logged (`worker_timeout`, with the address and the timeout). A
+// request that found the worker's accept queue full waits for room as long (proxy/pool.h), then
+// is answered 503 {"error":{"message","code":"worker_busy"}} with Retry-After: 1, logged as
+// `worker_busy`.
 // Request bodies are streamed to the worker (http::RouteOptions::stream_body), under the kind's
 // max_body.
 //

@@ -38,7 +38,11 @@ class Proxy : public ::testing::Test {
     ServerOptions opts;
     opts.access_log = false;
     path_ = "/tmp/corral-proxy-test-" + std::to_string(getpid()) + ".sock";
-    upstream_ = std::make_unique<Server>(loop_, log_, opts);
+    // As a worker's server: behind corral it echoes the proxy's Corral-Seq, so GETs are pipelined
+    // to it (docs/worker-protocol.md, "Pipelining").
+    ServerOptions up_opts = opts;
+    up_opts.behind_corral = true;
+    upstream_ = std::make_unique<Server>(loop_, log_, up_opts);
     ASSERT_TRUE(upstream_->adopt_listener(core::listen_unix(path_).value()).ok());
     SiteBuilder up;
     up.route("GET /hello", [](Request& req) {
@@ -293,19 +297,23 @@ TEST_F(Proxy, RelaysAWebSocketUpgradeBothWays) {
 
 TEST_F(Proxy, PipelinesTheGetsOfOneRoundOnFewConnectionsInOrder) {
   // Twelve clients whose requests arrive together (each sits in the server's socket before the
-  // loop runs): they leave in one loop round, pipelined up to kMaxPipeline per connection (8 + 4:
-  // two connections), and each client gets its own response. The loop's clock stands still, so
-  // no response counts as slow (kFastMs) or stalled (kStallMs) however loaded the machine is:
-  // the counts are exact. (With the real clock, CI and a fresh machine saw 12 to 24 connections
-  // when a round took longer than 20 ms.)
+  // loop runs): they leave in one loop round, pipelined up to kMaxPipeline per connection on
+  // those whose upstream echoed Corral-Seq, and each client gets its own response. The first
+  // answer on a pooled connection says whether it echoes: after one GET, one connection does;
+  // the round's 12 go 8 on it and one each on 4 new ones, which echo from then on (the next
+  // round: 8 + 4 on two of them). The loop's clock stands still, so no response counts as slow
+  // (kFastMs) or stalled (kStallMs) however loaded the machine is: the counts are exact. (With
+  // the real clock, CI and a fresh machine saw 12 to 24 connections when a round took longer
+  // than 20 ms.)
   freeze_clock();
+  EXPECT_NE(exchange(get("/pooled/path/0"), "path 0;").find("path 0;"), std::string::npos);
   each_gets_its_own(12);
-  EXPECT_EQ(upstream_->stats().accepted, 2u);
-  each_gets_its_own(12);  // on the same two connections, from the pool
-  EXPECT_EQ(upstream_->stats().accepted, 2u);
-  EXPECT_EQ(pool_.stats().pipelined, 20u);  // 7 + 3 behind the first on each, twice
+  EXPECT_EQ(upstream_->stats().accepted, 5u);
+  each_gets_its_own(12);  // on two of the same connections, from the pool
+  EXPECT_EQ(upstream_->stats().accepted, 5u);
+  EXPECT_EQ(pool_.stats().pipelined, 17u);  // 7, then 7 + 3 behind the first on each
   EXPECT_EQ(pool_.stats().rescued, 0u);
-  EXPECT_EQ(pool_.idle(), 2u);
+  EXPECT_EQ(pool_.idle(), 5u);
 }
 
 TEST_F(Proxy, AHeadPipelinedAmongGetsEndsAtItsHead) {
@@ -313,6 +321,8 @@ TEST_F(Proxy, AHeadPipelinedAmongGetsEndsAtItsHead) {
   // pipelined response's. (The clock stands still: a round slower than kStallMs on a loaded
   // machine would send those behind again on new connections.)
   freeze_clock();
+  // A pooled connection whose upstream echoes Corral-Seq first: requests are pipelined on it.
+  EXPECT_NE(exchange(get("/pooled/path/9"), "path 9;").find("path 9;"), std::string::npos);
   std::vector<int> fds;
   for (int i = 0; i < 6; ++i) {
     std::string path = "/pooled/path/" + std::to_string(i);
