@@ -19,6 +19,17 @@
 // Without a pool: one upstream connection per request (`Connection: close`). With one
 // (ProxyOptions::pool): keep-alive connections, the requests of one loop round written together,
 // and GET/HEAD pipelined behind each other (UpstreamConnection, docs/worker-protocol.md).
+// A response is only ever matched to the request it answers (upstream_connection.h): a byte
+// read before a request left, or after the last response on a connection, is nobody's answer
+// and closes that connection; a response to HEAD, a 204 and a 304 end at their head, whatever
+// follows; a pipelined request's answer must echo its Corral-Seq. The requests not yet answered
+// on a connection closed so are sent again under the rules below (those pipelined are GET or
+// HEAD). A body the upstream cuts short (it closes mid-chunk, before the last chunk, or short of
+// its Content-Length; or sends what is no body) is cut for the client too
+// (http::StreamWriter::abort): never a complete message. Fields a Connection field names are
+// hop-by-hop both ways; a transfer coding other than chunked is a 502 (decoded by nobody).
+// A connect that finds the upstream's accept queue full waits for room (pool.h) until the
+// response timeout, then 503 with Retry-After (ProxyOptions::on_busy).
 // Errors: the upstream cannot be reached or closes before its head: 502; no head within
 // response_timeout: 504. Sent again before that, once: a GET, HEAD or OPTIONS, and any request
 // the upstream provably did not read (the connect failed, EPIPE on the write, ECONNRESET on the
