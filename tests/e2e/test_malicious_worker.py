@@ -16,7 +16,6 @@ Every wait is bounded and polls an observable; none sleeps for a fixed time.
 """
 import json
 import os
-import socket
 import sys
 import threading
 import time
@@ -24,8 +23,8 @@ import time
 import pytest
 
 from conftest import CORRAL_BIN
-from corral_test_util import (ceiling, parse_head, read_response, read_to_eof,
-                              wait_control_socket)
+from corral_test_util import (ceiling, control_request, parse_head, poll, read_response,
+                              read_to_eof, wait_control_socket)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKER = os.path.join(REPO, "tests", "workers", "malicious_worker.py")
@@ -48,6 +47,7 @@ def evil(server_factory, tmp_path):
         srv = server_factory("--state-dir", str(state), binary=CORRAL_BIN,
                              config="\n".join(lines) + "\n")
         wait_control_socket(str(state), ceiling(5), what="control socket")
+        srv.state_dir = str(state)
         return srv
 
     return make
@@ -93,6 +93,14 @@ def test_an_extra_response_never_answers_another_client(evil, echo):
         if (status, body) != (204, b""):
             wrong.append(("204extra", status, body[:120]))
     assert not wrong, f"{len(wrong)} of 100 answers were not the client's own: {wrong[:5]}"
+    if echo == "1":
+        # The worker echoes Corral-Seq: its connections were pipelined on, so the extra answers
+        # were refused by their Corral-Seq, not only by coming when nothing was asked.
+        def pipelined():  # the server process reports every second
+            status, body = control_request(srv.state_dir, "GET", "/processes", 5)
+            reports = [p["proxy"] for p in json.loads(body)["processes"] if p.get("proxy")]
+            return status == 200 and reports and reports[0]["pipelined"] > 0
+        poll(pipelined, ceiling(5), what="pipelined requests in the proxy report")
 
 
 @pytest.mark.parametrize("path", ["/cutchunk", "/nolastchunk", "/shortcl"])
