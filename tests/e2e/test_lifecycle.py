@@ -65,7 +65,9 @@ SLOW_CASES = {
 @pytest.mark.parametrize("case", sorted(SLOW_CASES))
 def test_sigterm_finishes_running_request_and_closes_idle(server_factory, case):
     binary, target, want = SLOW_CASES[case]
-    srv = server_factory(binary=binary)
+    # A linger far longer than the exit bound below: a process that lingered after its last
+    # connection closed fails wait_exit rather than a clock comparison.
+    srv = server_factory(binary=binary, config="[timeouts]\nlinger_ms = 120000\n")
     idle = srv.connect()
     assert request(srv, sock=idle)[0] == 200  # now an idle keep-alive connection
     busy = srv.connect()
@@ -89,9 +91,8 @@ def test_sigterm_finishes_running_request_and_closes_idle(server_factory, case):
     assert read_to_eof(busy, timeout=ceiling(3)) == b""  # then the server closes it
     assert time.monotonic() - t0 >= 0.7  # the running request was not cut short
     busy.close()  # ends the server's linger on that connection: nothing is left to wait for
-    t1 = time.monotonic()
+    # Not lingering for 120 s: the process exits once its last connection is gone.
     assert srv.wait_exit(timeout=ceiling(10)) == 0
-    assert time.monotonic() - t1 < 1.0, "the process lingered after its last connection closed"
     srv.wait_log(r"info shutdown .*connections=2", timeout=ceiling(5))
     srv.wait_log(r"info stopped requests=2", timeout=ceiling(5))
     idle.close()
