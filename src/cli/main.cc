@@ -20,6 +20,7 @@
 #include "cli/config.h"
 #include "cli/ctl_format.h"
 #include "cli/demo.h"
+#include "cli/flag_docs.h"
 #include "cli/sites.h"
 #include "cli/worker_kinds.h"
 #include "core/owned_path.h"
@@ -529,6 +530,11 @@ int main(int argc, char** argv) {
   ctl->add_flag("--json", ctl_json, "rollout, kinds, workers: print the JSON, not a table");
   ctl->add_option("--state-dir", flags.state_dir, "The state directory of the running corral");
 
+  // Hidden: the flag tables of docs/config.md, from the definitions above (scripts/gen-flag-docs).
+  if (argc == 2 && std::string_view(argv[1]) == "--help-flags-markdown") {
+    std::cout << cli::flag_tables_markdown(app);
+    return 0;
+  }
   CLI11_PARSE(app, argc, argv);
 
   if (ctl->parsed()) return run_ctl(flags, ctl_what, ctl_address, ctl_to, ctl_json);
