@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "control/admin.h"
 #include "core/log.h"
 #include "core/result.h"
 #include "core/socket.h"
@@ -80,6 +81,10 @@ struct Options {
   // (workers::Rollouts::watch). The kinds' code is snapshotted before anything forks: a code
   // directory that cannot be is a startup problem ("corral: workers.<kind>.code: ...").
   bool watch = false;
+  // [admin] listen: the control API over TCP too (control/admin.h), with its access rule. Unset:
+  // none. Set, it makes serve() run a supervisor (the control API is the supervisor's).
+  std::optional<core::SocketAddress> admin_listen;
+  control::AdminAccess admin;
 
   // In each server process under a supervisor, after the fork and before it serves: the slot.
   std::function<void(int slot)> on_process;
@@ -100,7 +105,7 @@ core::Result<void> build_site(Options& options, core::Logger& log,
 
 // Whether serve() runs a supervisor: more than one process, worker kinds (workers are the
 // supervisor's children and outlive a server process's crash) or TLS (a SIGHUP reloads the
-// certificate by starting a new generation).
+// certificate by starting a new generation), or an admin listener (the control API's).
 bool supervised(const Options& options);
 
 // Runs until SIGTERM/SIGINT (and, under a supervisor, every process and worker) stopped; returns

@@ -1,5 +1,6 @@
 #include "app/services.h"
 
+#include "control/admin.h"
 #include "control/control_site.h"
 #include "control/rollout_routes.h"
 #include "control/worker_routes.h"
@@ -49,12 +50,34 @@ SupervisorServices::SupervisorServices(core::EventLoop& loop, core::Logger& log,
     control::add_worker_routes(site, *manager_);
     control::add_rollout_routes(site, *rollouts_);
   }
+  control::add_health_routes(site, supervisor);
+  if (o.admin_listen)
+    control::add_admin_guard(site, std::make_shared<control::AdminAccess>(o.admin), log);
+  auto built = site.build().value();
   (void)control_->adopt_listener(std::move(fd.value()));
-  control_->publish(site.build().value());
+  control_->publish(built);
   log.info("control_listening", "path={}", control_path);
+  if (o.admin_listen) start_admin(loop, log, *o.admin_listen, o.policy.get(), built);
+}
+
+// The control Site over TCP as well (control/admin.h). A port it cannot bind is logged: the
+// server processes serve on regardless.
+void SupervisorServices::start_admin(core::EventLoop& loop, core::Logger& log,
+                                     const core::SocketAddress& listen,
+                                     const http::AdmissionPolicy* policy,
+                                     std::shared_ptr<const http::Site> site) {
+  auto a = control::AdminListener::start(loop, log, listen, control::admin_policy(policy, listen),
+                                         std::move(site));
+  if (!a) {
+    log.error("admin_failed", "address={} error=\"{}\"", listen.to_string(), a.error().reason);
+    return;
+  }
+  admin_ = std::move(a.value());
+  log.info("admin_listening", "url={}", admin_->url());
 }
 
 SupervisorServices::~SupervisorServices() {
+  admin_.reset();
   control_.reset();
   rollouts_.reset();
   if (manager_ref_ == manager_.get()) manager_ref_ = nullptr;

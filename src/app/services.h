@@ -1,6 +1,7 @@
 // SupervisorServices: what the supervisor runs on its own loop once its first generation is
 // forked: the worker manager (with worker kinds) and the control API on <state>/control.sock
-// (GET /processes, /workers, the workers' operations, the kinds' rollouts). With the manager come
+// (GET /processes, /workers, the workers' operations, the kinds' rollouts, /healthz, /readyz)
+// and, with Options::admin_listen, the same Site over TCP (control/admin.h). With the manager come
 // its Rollouts (issue 13: the code store, `--watch`'s watchers), a member after the manager and
 // destroyed before it; the kinds' code was snapshotted by serve() before anything forked
 // (Rollouts::prepare). The control server is a member after both, so it is destroyed first (its
@@ -16,6 +17,7 @@
 #include <string>
 
 #include "app/generation.h"
+#include "control/admin.h"
 #include "fanout/supervisor.h"
 #include "http/server.h"
 #include "workers/link_server.h"
@@ -38,10 +40,14 @@ class SupervisorServices {
   void close(std::function<void()> done);
 
  private:
+  void start_admin(core::EventLoop& loop, core::Logger& log, const core::SocketAddress& listen,
+                   const http::AdmissionPolicy* policy, std::shared_ptr<const http::Site> site);
+
   workers::Manager*& manager_ref_;
   std::unique_ptr<workers::Manager> manager_;
   std::unique_ptr<workers::Rollouts> rollouts_;
   std::unique_ptr<http::Server> control_;
+  std::unique_ptr<control::AdminListener> admin_;  // [admin] listen: the same Site over TCP
 };
 
 }  // namespace corral::app

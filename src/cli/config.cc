@@ -12,6 +12,7 @@
 #include <optional>
 #include <set>
 
+#include "control/admin.h"
 #include "workers/containment.h"
 
 namespace corral::cli {
@@ -518,6 +519,55 @@ void read_http3(Reader& r, const toml::node& node, Config& c, ConfigErrors& erro
   check_http3(c.http3, errors);
 }
 
+// [admin]
+void read_admin(Reader& r, const toml::node& node, const std::string& base_dir, Config& c,
+                ConfigErrors& errors) {
+  auto* t = node.as_table();
+  if (!t) {
+    errors.problems.push_back("admin: expected a table");
+    return;
+  }
+  r.check_unknown(*t, "admin.", {"listen", "allow", "token_file"});
+  for (auto [key, out] : {std::pair{"listen", &c.admin.listen},
+                          std::pair{"token_file", &c.admin.token_file}}) {
+    if (auto* v = t->get(key)) {
+      if (v->is_string())
+        *out = *v->value<std::string>();
+      else
+        errors.problems.push_back(fmt::format("admin.{}: expected a string", key));
+    }
+  }
+  if (auto* v = t->get("allow")) {
+    auto* arr = v->as_array();
+    for (size_t i = 0; arr && i < arr->size(); ++i) {
+      auto s = (*arr)[i].value<std::string>();
+      if (!s) {
+        errors.problems.push_back(fmt::format("admin.allow[{}]: expected a string", i));
+        continue;
+      }
+      if (auto cidr = http::parse_relay(*s); !cidr)
+        errors.problems.push_back(fmt::format("admin.allow[{}]: {}", i, cidr.error().reason));
+      c.admin.allow.push_back(*s);
+    }
+    if (!arr) errors.problems.push_back("admin.allow: expected an array of CIDRs");
+  }
+  if (!c.admin.listen.empty())
+    if (auto p = core::parse_address(c.admin.listen); !p)
+      errors.problems.push_back(fmt::format("admin.listen: {}", p.error().reason));
+  if (!c.admin.token_file.empty()) {
+    if (c.admin.token_file.front() != '/') c.admin.token_file = base_dir + "/" + c.admin.token_file;
+    auto token = control::read_token_file(c.admin.token_file);
+    if (token)
+      c.admin.token = std::move(token.value());
+    else
+      errors.problems.push_back("admin.token_file: " + token.error().reason);
+  } else if (!c.admin.allow.empty()) {
+    errors.problems.push_back(
+        "admin.token_file: required with admin.allow (every request from those peers needs the "
+        "token)");
+  }
+}
+
 }  // namespace
 
 ConfigErrors load_config(const std::string& path, Config& c) {
@@ -529,7 +579,7 @@ ConfigErrors load_config(const std::string& path, Config& c) {
       root, "",
       {"listen", "root", "processes", "pin", "max_draining_generations", "state_dir", "workers",
        "log_level", "access_log", "allowed_hosts", "relays", "limits", "timeouts", "server_name",
-       "referrer_policy", "tls", "http3", "process_header", "serve_dotfiles"});
+       "referrer_policy", "tls", "http3", "process_header", "serve_dotfiles", "admin"});
   r.string(root, "listen", c.listen);
   if (auto p = core::parse_address(c.listen); !p)
     errors.problems.push_back(fmt::format("listen: {}", p.error().reason));
@@ -551,6 +601,7 @@ ConfigErrors load_config(const std::string& path, Config& c) {
   if (auto* node = root.get("timeouts")) read_timeouts(r, *node, c, errors);
   if (auto* node = root.get("tls")) read_tls(r, *node, c, errors);
   if (auto* node = root.get("http3")) read_http3(r, *node, c, errors);
+  if (auto* node = root.get("admin")) read_admin(r, *node, config_dir(path), c, errors);
   build_policy(c, errors);
   return errors;
 }

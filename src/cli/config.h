@@ -82,6 +82,17 @@ struct Http3Config {
   uint32_t idle_ms = 30'000;
 };
 
+// [admin]: the admin listener (control/admin.h, docs/operate.md). An empty listen: none.
+// `allow` (CIDRs) admits those peers instead of loopback ones and then needs the token on every
+// request; `token_file` (relative to the file's directory) holds the token, read by load_config
+// into `token`.
+struct AdminConfig {
+  std::string listen;  // "127.0.0.1:8081"
+  std::vector<std::string> allow;
+  std::string token_file;
+  std::string token;
+};
+
 struct Config {
   std::string listen = "127.0.0.1:8080";
   std::string root;   // empty: the embedded welcome site
@@ -100,6 +111,7 @@ struct Config {
   std::string state_dir;  // empty: $XDG_STATE_HOME/corral or ./.corral
   TlsConfig tls;
   Http3Config http3;
+  AdminConfig admin;
   // With a root: serve paths with a segment starting with '.' (`.env`, `.git/`); false: 404
   // (a first segment `.well-known` is always served).
   bool serve_dotfiles = false;

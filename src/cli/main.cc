@@ -40,6 +40,7 @@ static_assert(app::kExitBadConfig == cli::kExitBadConfig);
 struct Flags {
   std::string config_path, listen, root, log_level, state_dir;
   std::string tls_listen, cert, key;
+  std::string admin_listen;  // --admin-listen ("off": none)
   std::string steering, retry;  // [http3] overrides
   bool no_http3 = false;
   bool no_access_log = false;
@@ -181,6 +182,21 @@ cli::ConfigErrors prepare(const Flags& flags, core::Logger& log, Prepared& out,
     log.warn("demo_unavailable", "reason=\"the notes demo cannot start: {}\"", demo.unavailable);
   auto policy = cli::build_policy(config, errors);
   app::Options& o = out.options;
+  // The admin listener (control/admin.h): on by default only in the embedded default (no file,
+  // no DIR, no --listen), where the operator is trying corral on their own machine.
+  if (flags.config_path.empty() && flags.root.empty() && flags.listen.empty())
+    config.admin.listen = "127.0.0.1:8081";
+  if (!flags.admin_listen.empty())
+    config.admin.listen = flags.admin_listen == "off" ? "" : flags.admin_listen;
+  if (!config.admin.listen.empty()) {
+    if (auto a = core::parse_address(config.admin.listen); a)
+      o.admin_listen = a.value();
+    else
+      errors.problems.push_back("admin.listen: " + a.error().reason);
+    for (const auto& cidr : config.admin.allow)
+      if (auto r = http::parse_relay(cidr); r) o.admin.allow.push_back(r.value());
+    o.admin.token = config.admin.token;
+  }
   o.kinds = cli::kind_configs(config.workers);
   auto site = app::build_site(o, log, [&](http::SiteBuilder& builder) {
     if (config.root.empty()) {
@@ -283,6 +299,10 @@ void add_serve_options(CLI::App& app, Flags& flags) {
   serve_cmd->add_option("--log-level", flags.log_level, "debug, info, warn or error");
   serve_cmd->add_option("--state-dir", flags.state_dir,
                         "State directory (default $XDG_STATE_HOME/corral or ./.corral)");
+  serve_cmd->add_option("--admin-listen", flags.admin_listen,
+                        "The admin listener: the control API, /healthz and /readyz over HTTP "
+                        "(\"off\": none; default none, 127.0.0.1:8081 with no config, DIR "
+                        "or --listen)");
   serve_cmd->add_flag("--watch", flags.watch,
                       "Roll out every saved change under a worker kind's code directory "
                       "(as [workers] watch = true)");
