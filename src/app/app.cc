@@ -113,8 +113,7 @@ core::Result<void> build_site(Options& options, core::Logger& log,
 }
 
 bool supervised(const Options& options) {
-  return options.processes != 1 || !options.kinds.empty() || options.tls ||
-         options.admin_listen;
+  return options.processes != 1 || !options.kinds.empty() || options.tls || options.admin_listen;
 }
 
 int serve(core::Logger& log, Options options) {

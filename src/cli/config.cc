@@ -528,8 +528,8 @@ void read_admin(Reader& r, const toml::node& node, const std::string& base_dir, 
     return;
   }
   r.check_unknown(*t, "admin.", {"listen", "allow", "token_file"});
-  for (auto [key, out] : {std::pair{"listen", &c.admin.listen},
-                          std::pair{"token_file", &c.admin.token_file}}) {
+  for (auto [key, out] :
+       {std::pair{"listen", &c.admin.listen}, std::pair{"token_file", &c.admin.token_file}}) {
     if (auto* v = t->get(key)) {
       if (v->is_string())
         *out = *v->value<std::string>();

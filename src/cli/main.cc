@@ -40,7 +40,7 @@ static_assert(app::kExitBadConfig == cli::kExitBadConfig);
 struct Flags {
   std::string config_path, listen, root, log_level, state_dir;
   std::string tls_listen, cert, key;
-  std::string admin_listen;  // --admin-listen ("off": none)
+  std::string admin_listen;     // --admin-listen ("off": none)
   std::string steering, retry;  // [http3] overrides
   bool no_http3 = false;
   bool no_access_log = false;
