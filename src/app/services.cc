@@ -3,6 +3,7 @@
 #include "control/admin.h"
 #include "control/control_site.h"
 #include "control/rollout_routes.h"
+#include "control/status_page.h"
 #include "control/worker_routes.h"
 
 namespace corral::app {
@@ -42,14 +43,16 @@ SupervisorServices::SupervisorServices(core::EventLoop& loop, core::Logger& log,
   opts.access_log = false;
   control_ = std::make_unique<http::Server>(loop, log, opts);
   http::SiteBuilder site;
-  control::add_process_routes(site, supervisor, [reports](int slot) {
+  control::ProcessReport reported = [reports](int slot) {
     auto it = reports->by_slot.find(slot);
     return it == reports->by_slot.end() ? nlohmann::json() : it->second;
-  });
+  };
+  control::add_process_routes(site, supervisor, reported);
   if (manager_) {
     control::add_worker_routes(site, *manager_);
     control::add_rollout_routes(site, *rollouts_);
   }
+  control::add_status_routes(site, loop, {&supervisor, reported, manager_.get()});
   control::add_health_routes(site, supervisor);
   if (o.admin_listen)
     control::add_admin_guard(site, std::make_shared<control::AdminAccess>(o.admin), log);

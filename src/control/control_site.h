@@ -19,6 +19,9 @@ namespace corral::control {
 // `reported(slot)`: what slot's process last reported (an object whose members are added to the
 // slot's entry), or null.
 using ProcessReport = std::function<nlohmann::json(int slot)>;
+// What GET /processes answers: {generation, terminating, processes: [...], draining: [...]}.
+nlohmann::json processes_json(const fanout::Supervisor& supervisor,
+                              const ProcessReport& reported = {});
 void add_process_routes(http::SiteBuilder& site, const fanout::Supervisor& supervisor,
                         ProcessReport reported = {});
 

@@ -94,6 +94,8 @@ void add_worker_routes(http::SiteBuilder& site, workers::Manager& manager) {
     if (!decoded) return bad_address();
     const std::string& address = *decoded;
     if (!manager.retry(address)) return not_found("The address is neither failed nor suspended.");
+    // ?start=1 (the status page's Retry): start its worker now rather than at the next request.
+    if (req.query == "start=1") manager.resolve(address, [](const workers::Resolution&) {});
     return accepted(manager, address);
   });
   site.route("POST /workers/{address}/stop", [&manager](http::Request& req) {

@@ -2,7 +2,8 @@
 //   GET  /workers                     the manager's state: {address: entry}
 //   GET  /workers/watch               chunked JSON lines: {"state": {...}} first, then one
 //                                     {"address": ..., "entry": ... | null} per change
-//   POST /workers/{address}/retry     202 {address, entry}; 404 if neither failed nor suspended
+//   POST /workers/{address}/retry     202 {address, entry}; 404 if neither failed nor suspended;
+//                                     ?start=1 starts its worker at once (as a request would)
 //   POST /workers/{address}/stop      202; 404 if there is no worker nor a queued start
 //   POST /workers/{address}/suspend   202; 404 for an unknown kind
 //   POST /workers/{address}/resume    202; 404 if not suspended

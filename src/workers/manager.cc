@@ -323,6 +323,7 @@ void Manager::begin_start(Worker& w, nlohmann::json start_data) {
   Slot& slot = *w.slot;
   const KindConfig& cfg = slot.kind->config;
   w.started_at = loop_.wall_seconds();
+  w.start_ms = loop_.now();
   if (cfg.code) w.version = cfg.code->version;
   w.start_timer.arm_after(cfg.start_timeout_ms);
   ++starting_;
@@ -416,6 +417,7 @@ void Manager::on_message(Worker& w, const nlohmann::json& msg) {
     if (!w.stopping) answer(slot, {slot.socket_path, 200, nullptr});
     changed(slot);
     if (std::exchange(w.counts_starting, false)) {
+      record_start_latency(*kinds_[slot.kind->index], loop_.now() - w.start_ms);
       --starting_;
       progress_ms_ = loop_.now();
       pump();

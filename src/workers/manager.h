@@ -321,6 +321,25 @@ class Manager {
   size_t spare_count() const;
   nlohmann::json spares_state() const;
 
+  // For the status page (control/status_page.h), without building every entry. Per kind: its
+  // addresses by status (live: those with a worker process, stopping ones included; spares
+  // apart), its current code version ("" without code) and the latency of its
+  // last starts (`start` to `ready`, kKindStartSamples of them kept). Each address with an entry,
+  // in order, with its kind and status (as entry()'s `status` says it).
+  static constexpr size_t kKindStartSamples = 256;
+  struct KindSummary {
+    std::string name;
+    size_t live = 0, starting = 0, running = 0, stopping = 0, queued = 0, failed = 0,
+           suspended = 0, spares = 0, stale = 0;
+    std::string version;
+    bool rolling = false;
+    std::vector<uint32_t> start_ms;  // the last starts' latencies, oldest first
+  };
+  std::vector<KindSummary> kind_summaries() const;
+  using AddressVisitor = std::function<void(const std::string& address, std::string_view kind,
+                                            std::string_view status)>;
+  void visit_addresses(const AddressVisitor& visit) const;
+
   ChangeCallback on_change;  // every change, after the watchers
   uint64_t watch(ChangeCallback cb);
   void unwatch(uint64_t id);
@@ -402,6 +421,8 @@ class Manager {
   // The counts of a `ready` or `idle` (manager_state.cc), and the idle flip's time.
   void record_holds(Worker& w, const nlohmann::json& msg);
   void add_why_alive(const Worker& w, nlohmann::json& entry) const;
+  static void record_start_latency(Kind& kind, uint64_t ms);
+  static std::string_view status_of(const Slot& slot);
   // The lifecycle shared by a start and a spare's bind (manager.cc): the start hook's data (a
   // throw fails the slot: nullopt), the worker made from a launch (registered, counted live), its
   // `start` sent with the start timer armed.

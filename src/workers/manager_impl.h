@@ -101,6 +101,9 @@ struct Manager::Kind {
   uint64_t spare_retry_at = 0;
   uint64_t bound_at = 0;
   core::Timer spare_timer;
+  // The latencies of the last starts (`start` to `ready`, ms), a ring of kKindStartSamples.
+  std::vector<uint32_t> start_latencies;
+  size_t start_latency_next = 0;
 };
 
 struct Manager::OutputReader final : core::IoHandler {
@@ -162,6 +165,7 @@ struct Manager::Worker final : core::IoHandler {
   bool idle = false;
   uint64_t idle_since = 0;
   uint64_t ready_at = 0;
+  uint64_t start_ms = 0;  // loop time of its `start` (begin_start)
   bool served = false;           // reported busy at least once since `ready`
   bool counts_starting = false;  // counted in starting_ (until `ready` or the exit)
   Slot* claimed_by = nullptr;    // a queued start waiting for this worker's exit

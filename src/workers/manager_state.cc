@@ -2,6 +2,9 @@
 // the stderr tail, and the change events its watchers get.
 #include "workers/manager_impl.h"
 
+#include <algorithm>
+#include <cstdint>
+
 namespace corral::workers {
 
 using namespace detail;
@@ -48,16 +51,22 @@ nlohmann::json Manager::entry(const std::string& address) const {
   return slot ? entry_of(*slot) : nlohmann::json();
 }
 
+// The `status` of the slot's entry; "" when it has none.
+std::string_view Manager::status_of(const Slot& slot) {
+  if (!slot.failed.is_null()) return "failed";
+  if (const Worker* w = slot.worker.get())
+    return w->stopping ? "stopping" : w->ready ? "running" : "starting";
+  if (slot.queued) return "queued";
+  if (slot.suspended) return "suspended";
+  return "";
+}
+
 nlohmann::json Manager::entry_of(const Slot& slot) const {
   nlohmann::json e;
   if (!slot.failed.is_null()) {
     e = {{"status", "failed"}, {"error", slot.failed}, {"at", iso8601(slot.failed_at)}};
   } else if (const Worker* w = slot.worker.get()) {
-    e = {{"status", w->stopping ? "stopping"
-                    : w->ready  ? "running"
-                                : "starting"},
-         {"pid", w->pid},
-         {"startedAt", iso8601(w->started_at)}};
+    e = {{"status", status_of(slot)}, {"pid", w->pid}, {"startedAt", iso8601(w->started_at)}};
     if (!w->version.empty()) e["version"] = w->version;
     if (w->ready && !w->stopping) add_why_alive(*w, e);
   } else if (slot.queued) {
@@ -76,6 +85,53 @@ nlohmann::json Manager::state() const {
     if (!e.is_null()) out[core::wire_encode(address)] = std::move(e);
   }
   return out;
+}
+
+void Manager::record_start_latency(Kind& kind, uint64_t ms) {
+  auto v = static_cast<uint32_t>(std::min<uint64_t>(ms, UINT32_MAX));
+  if (kind.start_latencies.size() < kKindStartSamples) {
+    kind.start_latencies.push_back(v);
+  } else {
+    kind.start_latencies[kind.start_latency_next] = v;
+    kind.start_latency_next = (kind.start_latency_next + 1) % kKindStartSamples;
+  }
+}
+
+std::vector<Manager::KindSummary> Manager::kind_summaries() const {
+  std::vector<KindSummary> out(kinds_.size());
+  for (const auto& kind : kinds_) {
+    KindSummary& k = out[kind->index];
+    k.name = kind->config.name;
+    if (kind->config.code) k.version = kind->config.code->version;
+    k.rolling = kind->rollout != nullptr;
+    k.spares = kind->spares.size();
+    // The ring from its oldest sample on.
+    const auto& ring = kind->start_latencies;
+    k.start_ms.reserve(ring.size());
+    for (size_t i = 0; i < ring.size(); ++i)
+      k.start_ms.push_back(ring[(kind->start_latency_next + i) % ring.size()]);
+  }
+  for (const auto& [address, slot] : slots_) {
+    KindSummary& k = out[slot->kind->index];
+    const Worker* w = slot->worker.get();
+    std::string_view status = status_of(*slot);
+    if (status == "starting") ++k.starting;
+    if (status == "running") ++k.running;
+    if (status == "stopping") ++k.stopping;
+    if (status == "queued") ++k.queued;
+    if (status == "failed") ++k.failed;
+    if (slot->suspended) ++k.suspended;
+    if (w) ++k.live;
+    if (w && !w->stopping && w->version != k.version) ++k.stale;
+  }
+  return out;
+}
+
+void Manager::visit_addresses(const AddressVisitor& visit) const {
+  for (const auto& [address, slot] : slots_) {
+    std::string_view status = status_of(*slot);
+    if (!status.empty()) visit(address, slot->kind->config.name, status);
+  }
 }
 
 std::string Manager::stderr_tail(const std::string& address) const {
