@@ -5,6 +5,7 @@
 
 #include "app/problems.h"
 #include "app/supervision.h"
+#include "app/systemd.h"
 #include "core/owned_path.h"
 #include "fanout/listen_claim.h"
 #include "http/runner.h"
@@ -41,26 +42,58 @@ class ClaimWatch {
   std::shared_ptr<fanout::ListenClaim> claim_;
 };
 
-int serve_single(core::Logger& log, const Options& options) {
-  http::RunOptions run;
-  // Without SO_REUSEPORT the bind is exclusive already; the claim names who holds the address
-  // (and makes a supervisor that comes second say so). A port 0 is the kernel's: no claim.
-  if (options.listen.port() != 0) {
-    auto c = fanout::claim_listen("tcp", options.listen);
-    if (!c) return listen_problem(log, options.listen, c.error());
-    c.value()->report(log);
-    run.on_loop = [claim = std::move(c.value())](core::EventLoop& loop) {
-      return std::make_shared<ClaimWatch>(claim, loop);
-    };
+// What the single process runs on its loop: the watch of its claim, systemd's watchdog.
+struct SingleServices {
+  SingleServices(std::shared_ptr<fanout::ListenClaim> c, const core::Notifier& n,
+                 core::EventLoop& loop)
+      : watchdog(n, loop) {
+    if (c) claim = std::make_unique<ClaimWatch>(std::move(c), loop);
   }
-  run.listen.push_back(options.listen);
+  std::unique_ptr<ClaimWatch> claim;
+  core::Watchdog watchdog;
+};
+
+int serve_single(core::Logger& log, const Options& options, SystemdContext& systemd) {
+  http::RunOptions run;
+  std::shared_ptr<fanout::ListenClaim> claim;
+  if (!systemd.passed.empty() && systemd.passed[0]) {
+    // systemd's socket (app/systemd.h): no bind, no claim.
+    auto bound = core::local_address(systemd.passed[0].get());
+    log.info("listening", "address={} from=systemd",
+             bound ? bound->to_string() : std::string("?"));
+    run.adopt_fds.push_back(systemd.passed[0].release());
+  } else {
+    // Without SO_REUSEPORT the bind is exclusive already; the claim names who holds the address
+    // (and makes a supervisor that comes second say so). A port 0 is the kernel's: no claim.
+    if (options.listen.port() != 0) {
+      auto c = fanout::claim_listen("tcp", options.listen);
+      if (!c) return listen_problem(log, options.listen, c.error());
+      c.value()->report(log);
+      claim = std::move(c.value());
+    }
+    run.listen.push_back(options.listen);
+  }
+  core::Notifier& notifier = systemd.notifier;
+  run.on_loop = [claim, &notifier](core::EventLoop& loop) {
+    return std::make_shared<SingleServices>(claim, notifier, loop);
+  };
+  run.on_listening = [&notifier](http::Server&, const std::vector<core::SocketAddress>&) {
+    notifier.ready();
+    notifier.status("1 process serving");
+  };
+  run.on_close = [&notifier] {
+    notifier.stopping();
+    notifier.status("stopping");
+  };
   run.server = options.server;
   run.policy = options.policy;
   // SIGHUP: only the admission policy changes in a single process.
-  run.on_reload = [&options]() -> std::shared_ptr<const http::AdmissionPolicy> {
+  run.on_reload = [&options, &notifier]() -> std::shared_ptr<const http::AdmissionPolicy> {
+    notifier.reloading();
     Options fresh;
-    if (!options.reload || !options.reload(fresh)) return nullptr;
-    return fresh.policy;
+    bool ok = options.reload && options.reload(fresh);
+    notifier.ready();  // applied by the caller at once, or refused: serving either way
+    return ok ? fresh.policy : nullptr;
   };
   return http::run_server(log, run, options.site);
 }
@@ -118,7 +151,12 @@ bool supervised(const Options& options) {
 
 int serve(core::Logger& log, Options options) {
   log.set_level(options.log_level);
-  if (!supervised(options)) return serve_single(log, options);
+  // systemd's NOTIFY_SOCKET and passed sockets, taken (and unset) before anything forks.
+  std::vector<core::SocketAddress> addresses{options.listen};
+  if (options.tls_listen) addresses.push_back(*options.tls_listen);
+  auto systemd = take_systemd(addresses);
+  if (!systemd) return print_problem("socket activation", systemd.error().reason);
+  if (!supervised(options)) return serve_single(log, options, systemd.value());
   // The state directory before any socket: the control socket lives there, and the workers'.
   auto dir = state_directory(options.state_dir);
   if (!dir) return state_problem(dir.error());
@@ -136,7 +174,7 @@ int serve(core::Logger& log, Options options) {
       return kExitBadConfig;
     }
   }
-  Supervision supervision(log, std::move(options), dir.value());
+  Supervision supervision(log, std::move(options), dir.value(), std::move(systemd.value()));
   return supervision.run();
 }
 

@@ -25,8 +25,9 @@ void log_listening(core::Logger& log, const fanout::ListenerSet& set) {
 
 }  // namespace
 
-Supervision::Supervision(core::Logger& log, Options options, std::string state_dir)
-    : log_(log), state_dir_(std::move(state_dir)) {
+Supervision::Supervision(core::Logger& log, Options options, std::string state_dir,
+                         SystemdContext systemd)
+    : log_(log), state_dir_(std::move(state_dir)), systemd_(std::move(systemd)) {
   auto g = std::make_shared<Generation>();
   g->options = std::move(options);
   generation_ = std::move(g);
@@ -46,7 +47,8 @@ int Supervision::run() {
   auto n = fanout::resolve_process_count(o.processes, cpus.value(), o.pin);
   if (!n) return print_problem("processes", n.error().reason);
   processes_ = n.value();
-  auto listeners = fanout::make_listeners(wanted_addresses(o), processes_);
+  configured_ = wanted_addresses(o);
+  auto listeners = fanout::make_listeners(configured_, processes_, nullptr, &systemd_.passed);
   if (!listeners) return listen_problem(log_, o.listen, listeners.error());
   auto set = std::make_shared<fanout::ListenerSet>(std::move(listeners.value()));
   fanout::report_claims(log_, set->claims);
@@ -82,6 +84,11 @@ int Supervision::run() {
     return start_services(loop, supervisor);
   };
   hooks.on_terminate = [this](std::function<void()> done) { terminate(std::move(done)); };
+  hooks.on_serving = [this](uint64_t generation) {
+    systemd_.notifier.ready();
+    if (systemd_report_) systemd_report_->update();
+    log_.debug("serving", "generation={}", generation);
+  };
   // The set is the supervisor's from here: a reload that replaces it lets it go (and its sockets
   // and claims with its last process).
   fanout::ForkLauncher launcher(log_);
@@ -91,6 +98,16 @@ int Supervision::run() {
 }
 
 bool Supervision::reload(std::shared_ptr<fanout::ListenerSet>& set, fanout::ChildMain& main) {
+  // systemd: reloading from now until the new generation serves (on_serving: READY=1), or at once
+  // back to ready when the reload is refused and the current generation goes on.
+  systemd_.notifier.reloading();
+  bool started = start_generation(set, main);
+  if (!started) systemd_.notifier.ready();
+  return started;
+}
+
+bool Supervision::start_generation(std::shared_ptr<fanout::ListenerSet>& set,
+                                   fanout::ChildMain& main) {
   const Options& current = generation_->options;
   auto fresh = std::make_shared<Generation>();
   if (current.reload) {
@@ -105,10 +122,11 @@ bool Supervision::reload(std::shared_ptr<fanout::ListenerSet>& set, fanout::Chil
     log_.warn("reload_partial",
               "reason=\"processes, pin and max_draining_generations change only on restart\"");
   auto wanted = wanted_addresses(f);
-  bool same = wanted.size() == set->addresses.size();
+  bool same = wanted.size() == set->addresses.size() && wanted.size() == configured_.size();
   for (size_t i = 0; same && i < wanted.size(); ++i) {
     const auto& now = set->addresses[i];
-    same = wanted[i].to_string() == now.to_string() ||
+    same = wanted[i].to_string() == configured_[i].to_string() ||
+           wanted[i].to_string() == now.to_string() ||
            (wanted[i].port() == 0 && wanted[i].ip() == now.ip());
   }
   if (!same) {
@@ -122,6 +140,7 @@ bool Supervision::reload(std::shared_ptr<fanout::ListenerSet>& set, fanout::Chil
       return false;
     }
     set = std::make_shared<fanout::ListenerSet>(std::move(fresh_set.value()));
+    configured_ = wanted;
     fanout::report_claims(log_, set->claims);
     log_.info("listening", "address={}", set->addresses.front().to_string());
     log_listening(log_, *set);
@@ -137,13 +156,37 @@ bool Supervision::reload(std::shared_ptr<fanout::ListenerSet>& set, fanout::Chil
 
 std::shared_ptr<void> Supervision::start_services(core::EventLoop& loop,
                                                   fanout::Supervisor& supervisor) {
-  auto services = std::make_shared<SupervisorServices>(loop, log_, supervisor, *generation_,
-                                                       state_dir_, reports_, manager_);
-  services_ = services.get();
-  return services;
+  struct Started {
+    std::shared_ptr<SupervisorServices> services;
+    std::unique_ptr<SystemdReport> systemd;
+  };
+  auto started = std::make_shared<Started>();
+  started->services = std::make_shared<SupervisorServices>(loop, log_, supervisor, *generation_,
+                                                           state_dir_, reports_, manager_);
+  services_ = started->services.get();
+  started->systemd = std::make_unique<SystemdReport>(
+      systemd_.notifier, loop, [this, &supervisor] { return status(supervisor); });
+  systemd_report_ = started->systemd.get();
+  return started;
+}
+
+std::string Supervision::status(const fanout::Supervisor& supervisor) const {
+  // One line for `systemctl status`: "generation 3: 2/2 processes running, 1 draining, 4 workers
+  // live" (the draining and workers parts only when there are any).
+  auto slots = supervisor.state();
+  size_t running = 0;
+  for (const auto& s : slots) running += s.status == "running";
+  std::string line = (supervisor.terminating() ? "stopping, generation " : "generation ") +
+                     std::to_string(supervisor.generation()) + ": " + std::to_string(running) +
+                     "/" + std::to_string(slots.size()) + " processes running";
+  if (size_t d = supervisor.draining().size()) line += ", " + std::to_string(d) + " draining";
+  if (manager_) line += ", " + std::to_string(manager_->live_workers()) + " workers live";
+  return line;
 }
 
 void Supervision::terminate(std::function<void()> done) {
+  systemd_.notifier.stopping();
+  if (systemd_report_) systemd_report_->update();
   if (!services_) return done();
   services_->close(std::move(done));
 }

@@ -14,19 +14,22 @@
 #include "app/generation.h"
 #include "app/quic_service.h"
 #include "app/services.h"
+#include "app/systemd.h"
 #include "fanout/supervisor.h"
 
 namespace corral::app {
 
 class Supervision {
  public:
-  Supervision(core::Logger& log, Options options, std::string state_dir);
+  Supervision(core::Logger& log, Options options, std::string state_dir, SystemdContext systemd);
   // Listeners, processes, HTTP/3, then the supervisor until it stops: the exit status.
   int run();
 
  private:
   fanout::ChildMain child_main() const;
   bool reload(std::shared_ptr<fanout::ListenerSet>& set, fanout::ChildMain& main);
+  bool start_generation(std::shared_ptr<fanout::ListenerSet>& set, fanout::ChildMain& main);
+  std::string status(const fanout::Supervisor& supervisor) const;  // systemd's STATUS= line
   std::shared_ptr<void> start_services(core::EventLoop& loop, fanout::Supervisor& supervisor);
   void terminate(std::function<void()> done);
 
@@ -41,6 +44,13 @@ class Supervision {
   std::shared_ptr<workers::ProcessReports> reports_ = std::make_shared<workers::ProcessReports>();
   workers::Manager* manager_ = nullptr;     // SupervisorServices' while it serves (services.h)
   SupervisorServices* services_ = nullptr;  // owned by the fan-out (on_started)
+  // NOTIFY_SOCKET (READY, RELOADING, STOPPING, STATUS, WATCHDOG) and the sockets systemd passed,
+  // which the first listener set takes (app/systemd.h).
+  SystemdContext systemd_;
+  SystemdReport* systemd_report_ = nullptr;  // owned by the fan-out (on_started), like services_
+  // The addresses as configured (not as bound: port 0, a passed socket bound to another address
+  // of the same port), which a reload compares with its own.
+  std::vector<core::SocketAddress> configured_;
 };
 
 }  // namespace corral::app

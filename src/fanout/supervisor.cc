@@ -1,5 +1,6 @@
 #include "fanout/supervisor.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <cerrno>
 
@@ -8,7 +9,8 @@
 namespace corral::fanout {
 
 core::Result<ListenerSet> make_listeners(const std::vector<core::SocketAddress>& addresses,
-                                         int slots, const ListenerSet* previous) {
+                                         int slots, const ListenerSet* previous,
+                                         std::vector<core::UniqueFd>* passed) {
   ListenerSet set;
   set.addresses = addresses;
   set.slots.resize(static_cast<size_t>(slots));
@@ -26,6 +28,19 @@ core::Result<ListenerSet> make_listeners(const std::vector<core::SocketAddress>&
     return {};
   };
   for (size_t a = 0; a < addresses.size(); ++a) {
+    if (passed && a < passed->size() && (*passed)[a]) {
+      core::UniqueFd& fd = (*passed)[a];
+      auto bound = core::local_address(fd.get());
+      if (!bound) return bound.error();
+      set.addresses[a] = bound.value();
+      for (int i = 1; i < slots; ++i) {
+        core::UniqueFd copy(fcntl(fd.get(), F_DUPFD_CLOEXEC, 0));
+        if (!copy) return core::Error{errno, "dup of a passed socket failed"};
+        set.slots[static_cast<size_t>(i)].push_back(std::move(copy));
+      }
+      set.slots[0].push_back(std::move(fd));
+      continue;
+    }
     if (set.addresses[a].port() != 0)
       if (auto r = claim(set.addresses[a]); !r) return r.error();
     for (int i = 0; i < slots; ++i) {
@@ -256,6 +271,10 @@ void Supervisor::on_child_ready(Child* child) {
         !old->draining)
       drain(old);  // the new process is accepting on the same socket
     enforce_drain_bound(child->slot);
+    if (generation_ != serving_generation_ && !terminating_ && serving()) {
+      serving_generation_ = generation_;
+      if (on_serving) on_serving(generation_);
+    }
   } else if (!child->sent_term) {
     child->sent_term = true;  // an old generation's late starter: not needed any more
     launcher_.signal(child->pid, SIGTERM);
@@ -461,6 +480,12 @@ std::vector<DrainingState> Supervisor::draining() const {
   return out;
 }
 
+bool Supervisor::serving() const {
+  return std::all_of(slots_.begin(), slots_.end(), [this](const auto& s) {
+    return s->current && s->current->ready && s->current->generation == generation_;
+  });
+}
+
 int Supervisor::exit_status() const {
   if (terminating_) return 0;
   bool bad_config = std::any_of(slots_.begin(), slots_.end(),
@@ -524,6 +549,7 @@ int run_fanout(core::Logger& log, Launcher& launcher, SupervisorOptions options,
     if (services_done) loop.stop();
   };
   sup.on_link = hooks.on_link;
+  sup.on_serving = hooks.on_serving;
   auto term = [&](const signalfd_siginfo& si) {
     log.info("signal", "signo={}", si.ssi_signo);
     sup.terminate();

@@ -76,8 +76,13 @@ struct ListenerSet {
 // reused by the others so every slot shares it. Each address is claimed first (a port 0 once it is
 // resolved; listen_claim.h), or its claim is shared with `previous` (the set a reload replaces)
 // if that has it: an address held by another corral fails with kErrorClaimed.
+// `passed[a]`, when valid, is a listening socket made by someone else (systemd's socket
+// activation) for address a: it is taken instead of binding, unclaimed, and every slot shares it
+// (one accept queue that all processes accept from, where their own sockets would be a reuseport
+// group).
 core::Result<ListenerSet> make_listeners(const std::vector<core::SocketAddress>& addresses,
-                                         int slots, const ListenerSet* previous = nullptr);
+                                         int slots, const ListenerSet* previous = nullptr,
+                                         std::vector<core::UniqueFd>* passed = nullptr);
 
 struct SupervisorOptions {
   int processes = 1;
@@ -144,6 +149,11 @@ class Supervisor {
                                       // run (each exited 0 or 78 by itself)
   // A process's link to the supervisor is up (set its on_message); it lives as long as the process.
   std::function<void(int slot, core::MessageLink& link)> on_link;
+  // Every slot has a ready process of the current generation: once per generation (the first,
+  // then each reload's once its processes all accept). Not called for a generation that a newer
+  // one replaces before it got there, nor while a slot is closed or in backoff.
+  std::function<void(uint64_t generation)> on_serving;
+  bool serving() const;  // every slot's process is of the current generation and ready
 
  private:
   struct Child;
@@ -173,6 +183,7 @@ class Supervisor {
   bool terminating_ = false;
   bool killed_ = false;
   bool finished_ = false;
+  uint64_t serving_generation_ = 0;  // the last generation on_serving was called for
   core::Timer stop_deadline_;
 };
 
@@ -190,6 +201,8 @@ struct FanoutHooks {
   std::function<std::shared_ptr<void>(core::EventLoop&, Supervisor&)> on_started;
   // Each server process's link (see Supervisor::on_link).
   std::function<void(int slot, core::MessageLink& link)> on_link;
+  // Each generation once all its processes accept (see Supervisor::on_serving).
+  std::function<void(uint64_t generation)> on_serving;
   // Shutdown of what on_started started (the worker manager): call `done` when it is over; the
   // supervisor returns once its processes are reaped and `done` was called.
   std::function<void(std::function<void()> done)> on_terminate;

@@ -510,6 +510,38 @@ TEST_F(SupervisorTest, ReloadDrainsEachOldProcessOnlyOnceItsSuccessorIsReady) {
   EXPECT_EQ(sup->generation(), 2u);
 }
 
+TEST_F(SupervisorTest, OnServingOnceEveryProcessOfTheGenerationIsReady) {
+  std::vector<uint64_t> serving;
+  make(options(2));
+  sup->on_serving = [&](uint64_t g) { serving.push_back(g); };
+  listeners = listener_set(2);
+  ASSERT_TRUE(sup->start(listeners, child_main).ok());
+  FakeLauncher::ready(process(0));
+  run();
+  EXPECT_TRUE(serving.empty());  // slot 1 is not accepting yet
+  EXPECT_FALSE(sup->serving());
+  FakeLauncher::ready(process(1));
+  run();
+  EXPECT_EQ(serving, std::vector<uint64_t>{1});
+  // A respawn after a crash is the same generation: nothing more.
+  run(5'000);
+  FakeLauncher::crash(process(1), SIGKILL);
+  run(1);
+  FakeLauncher::ready(last());
+  run();
+  EXPECT_EQ(serving, std::vector<uint64_t>{1});
+  // A reload: once both of its processes are ready.
+  sup->reload(listeners, child_main);
+  run();
+  FakeLauncher::ready(process(3));
+  run();
+  EXPECT_EQ(serving, std::vector<uint64_t>{1});
+  FakeLauncher::ready(process(4));
+  run();
+  EXPECT_EQ(serving, (std::vector<uint64_t>{1, 2}));
+  EXPECT_TRUE(sup->serving());
+}
+
 TEST_F(SupervisorTest, AGenerationThatFailsToStartLeavesTheOldOneServing) {
   start(options(2));
   for (auto& p : fake.processes) FakeLauncher::ready(*p);

@@ -61,6 +61,7 @@ struct Shutdown {
   core::Logger& log;
   Server& server;
   RunOptions::Companion& companion;
+  std::function<void()> on_close;
   bool escalated = false;
 
   void begin_close(const signalfd_siginfo& si, bool drain) {
@@ -79,6 +80,7 @@ struct Shutdown {
     }
     log.info(drain ? "drain" : "shutdown", "signal={} connections={}", si.ssi_signo,
              server.stats().active);
+    if (!drain && on_close) on_close();
     int pending = companion.close ? 2 : 1;
     core::EventLoop* stop_loop = &loop;
     auto one_done = [stop_loop, pending]() mutable {
@@ -128,7 +130,7 @@ int run_server(core::Logger& log, const RunOptions& options, std::shared_ptr<con
   if (options.on_listening) options.on_listening(server, bound);
   server.publish(std::move(site));
 
-  Shutdown shutdown{loop, log, server, companion};
+  Shutdown shutdown{loop, log, server, companion, options.on_close};
   shutdown.install(options);
   core::Timer log_flush(loop.timers(), nullptr);
   log_flush.bind(loop.timers(), [&] {

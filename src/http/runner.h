@@ -40,6 +40,8 @@ struct RunOptions {
   std::function<Companion(Server&)> on_server;
   // SIGHUP: return a new policy to apply (or null to keep the current one).
   std::function<std::shared_ptr<const AdmissionPolicy>()> on_reload;
+  // SIGTERM/SIGINT: once, as the graceful close begins (not on a drain).
+  std::function<void()> on_close;
   // Non-zero: this signal drains (Server::drain, and the companion's close): a process of an
   // older generation whose successor accepts now (fanout::kDrainSignal). SIGTERM after it closes
   // the upgraded connections at once; a third signal stops the loop.
