@@ -149,7 +149,13 @@ bool Supervision::start_generation(std::shared_ptr<fanout::ListenerSet>& set,
   if (set->addresses.size() > 1) fresh->tls_port = set->addresses[1].port();
   if (quic_ && fresh->tls_port != generation_->tls_port)
     log_.warn("reload_partial", "reason=\"the HTTP/3 port changes only on restart\"");
+  if (f.watch != current.watch)
+    log_.warn("reload_ignored", "key=watch reason=\"watching the code directories starts or "
+                                "stops only on restart\"");
   generation_ = std::move(fresh);
+  // The worker kinds: the manager takes what can change under running workers and names, in the
+  // log, each change it leaves for a restart.
+  if (manager_) (void)manager_->reconfigure(f.kinds, f.max_workers, f.max_starting);
   main = child_main();
   return true;
 }

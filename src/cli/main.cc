@@ -50,6 +50,7 @@ struct Flags {
   bool watch = false;             // --watch: roll out each saved change of a kind's code
   int64_t drain_timeout_ms = -1;  // -1: not given
   int max_draining = -1;          // -1: not given
+  std::vector<std::string> allowed_hosts, relays;  // added to the file's lists
 };
 
 // Everything the app needs, built and validated before any process starts.
@@ -180,6 +181,9 @@ cli::ConfigErrors prepare(const Flags& flags, core::Logger& log, Prepared& out,
   if (flags.config_path.empty()) demo = cli::add_demo_kind(config);
   if (!demo.unavailable.empty())
     log.warn("demo_unavailable", "reason=\"the notes demo cannot start: {}\"", demo.unavailable);
+  config.allowed_hosts.insert(config.allowed_hosts.end(), flags.allowed_hosts.begin(),
+                              flags.allowed_hosts.end());
+  config.relays.insert(config.relays.end(), flags.relays.begin(), flags.relays.end());
   auto policy = cli::build_policy(config, errors);
   app::Options& o = out.options;
   // The admin listener (control/admin.h): on by default only in the embedded default (no file,
@@ -316,6 +320,14 @@ void add_serve_options(CLI::App& app, Flags& flags) {
                         "HTTP/3 steering: auto (default), bpf, forward or off");
   serve_cmd->add_option("--retry", flags.retry, "HTTP/3 Retry: auto (default), on or off");
   serve_cmd->add_flag("--no-http3", flags.no_http3, "No HTTP/3 on the TLS listener's port");
+  serve_cmd->add_option("--allowed-host", flags.allowed_hosts,
+                        "A Host to serve besides the loopback names (repeatable; added to "
+                        "allowed_hosts)")
+      ->allow_extra_args(false);
+  serve_cmd->add_option("--relay", flags.relays,
+                        "A reverse proxy (address or CIDR) whose forwarding headers are believed "
+                        "(repeatable; added to relays)")
+      ->allow_extra_args(false);
 }
 
 // One request to the supervisor's control socket: the status (0 when no answer came within

@@ -618,7 +618,10 @@ Admission admit(Request& req, const Peer& peer, const AdmissionPolicy& policy) {
     if (host_required) return bad("missing Host header");
   } else {
     if (!valid_host(host)) return bad("invalid Host header");
-    if (!policy.host_allowed(host_without_port(host))) return {403, "host not allowed"};
+    // The reason is the log's, never the client's (the body stays "Forbidden"): it names the
+    // setting an operator who meant to serve this host is looking for.
+    if (!policy.host_allowed(host_without_port(host)))
+      return {403, "host not allowed: add it to allowed_hosts (or --allowed-host HOST)"};
   }
 
   // 4. Forwarding headers: only a relay may say who the client is. A trusted header spelt with
@@ -627,7 +630,10 @@ Admission admit(Request& req, const Peer& peer, const AdmissionPolicy& policy) {
   uint16_t dropped = drop_disguised_headers(req.headers);
   ClientInfo client;
   if (has_forwarding_header(req.headers)) {
-    if (!policy.is_relay(peer.ip)) return {403, "forwarded header from a non-relay"};
+    if (!policy.is_relay(peer.ip))
+      return {403,
+              "forwarded header from a non-relay: a proxy in front of corral goes in relays (or "
+              "--relay ADDRESS/CIDR)"};
     if (!client_from_relay(req.headers, policy, client)) return bad("invalid forwarded header");
   }
 

@@ -285,6 +285,20 @@ class Manager {
   bool resume(const std::string& address);
   void close(std::function<void()> done);
 
+  // A SIGHUP's kinds and bounds (manager_config.cc). What can change under running workers is
+  // applied and logged as `reload_applied kind=K keys="idle,..."`: idle, start_timeout,
+  // ready_timeout, stop_grace, max_workers, spares (fewer: the newest unclaimed ones stop),
+  // reload, reload_timeout, heartbeat (from one period to another), the limits (for workers
+  // launched from now; only if some kind had a limit at start), routes, and the bounds of all
+  // kinds (max_workers, max_starting; lower ones stop nothing). Each other change (a kind added
+  // or removed, command, env, code, log rotation) is logged as `reload_ignored kind=K key=KEY
+  // reason="..."` and returned.
+  struct Ignored {
+    std::string kind, key, reason;
+  };
+  std::vector<Ignored> reconfigure(std::vector<KindConfig> kinds, size_t max_workers,
+                                   size_t max_starting);
+
   // The rollout step (issue 13, docs/deploying.md): makes `set` the kind's current set, clears
   // the kind's failures, brings every live worker on another set to it (in place or by
   // replacement, in parallel) and calls `done` (deferred) once each has settled. At most one per
@@ -451,6 +465,7 @@ class Manager {
   std::unique_ptr<http::Router> router_;  // every kind's routes (manager_config.cc)
   std::map<std::string, std::unique_ptr<Slot>, std::less<>> slots_;
   KindLogs kind_logs_;                                       // the kinds' log files (kind_log.h)
+  bool limits_at_start_ = false;  // some kind had a limit at create(): containment is set up
   std::map<std::string, uint64_t, std::less<>> recoveries_;  // address -> last lost-link recovery
   std::map<uint64_t, ChangeCallback> watchers_;
   uint64_t next_watch_ = 1;

@@ -20,6 +20,7 @@ import time
 
 import pytest
 
+from conftest import CORRAL_BIN
 from corral_test_util import expect_closed, read_response
 
 HOST = b"Host: localhost\r\n"
@@ -216,3 +217,27 @@ def test_refusal(server_factory, data, status, reason):
         assert time.monotonic() < deadline, f"want {len(MODES)} lines like {lines}:\n{srv.log()}"
         time.sleep(0.02)
     assert all(len(re.findall(line, srv.log())) == len(MODES) for line in lines), srv.log()
+
+
+@pytest.mark.parametrize("header,setting", [
+    (b"Host: evil.example\r\n", r"allowed_hosts \(or --allowed-host HOST\)"),
+    (HOST + b"X-Forwarded-For: 192.0.2.1\r\n", r"relays \(or --relay ADDRESS/CIDR\)"),
+], ids=["foreign-host", "x-forwarded-for"])
+def test_admission_refusal_names_the_setting_in_the_log_only(server_factory, header, setting):
+    """The 403's log line names the setting and the flag an operator is looking for; the client
+    still gets a bare Forbidden."""
+    srv = server_factory(config=CONFIG)
+    with srv.connect() as s:
+        s.sendall(get(headers=header))
+        status, _, body, _ = read_response(s)
+    assert status == 403
+    assert b"allowed_hosts" not in body and b"relay" not in body, body
+    srv.wait_log(rf'request_refused remote=127\.0\.0\.1 status=403 reason="[^"]*{setting}"')
+
+
+def test_allowed_host_flag_admits_the_host(server_factory):
+    srv = server_factory("--allowed-host", "evil.example", binary=CORRAL_BIN, config=CONFIG)
+    with srv.connect() as s:
+        s.sendall(get(headers=b"Host: evil.example\r\n"))
+        status, _, body, _ = read_response(s)
+    assert (status, body) == (200, b"hello")
