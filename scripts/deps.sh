@@ -15,7 +15,7 @@ build=(cmake ninja-build g++ pkg-config python3 node-llhttp nlohmann-json3-dev l
        libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libsqlite3-dev
        libgnutls28-dev zlib1g-dev libngtcp2-dev libngtcp2-crypto-gnutls-dev libnghttp3-dev
        libbpf-dev clang)
-test=(libclang-rt-14-dev ngtcp2-client chromium curl openssl procps wrk python3 python3-pytest
+test=(libclang-rt-14-dev ngtcp2-client chromium curl openssl procps wrk jq python3 python3-pytest
       python3-requests python3-websockets)
 bench=(nginx-light strace ngtcp2-server)
 

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "app/logs.h"
 #include "app/problems.h"
 #include "app/supervision.h"
 #include "app/systemd.h"
@@ -151,6 +152,9 @@ bool supervised(const Options& options) {
 
 int serve(core::Logger& log, Options options) {
   log.set_level(options.log_level);
+  log.watch_event_file();  // SIGUSR1 opens it again when stderr is a file
+  if (auto problem = apply_log_options(log, options); !problem.empty())
+    return print_problem("access_log", problem);
   // systemd's NOTIFY_SOCKET and passed sockets, taken (and unset) before anything forks.
   std::vector<core::SocketAddress> addresses{options.listen};
   if (options.tls_listen) addresses.push_back(*options.tls_listen);

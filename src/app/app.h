@@ -68,6 +68,9 @@ struct Options {
   http::ServerOptions server;
   std::shared_ptr<const http::AdmissionPolicy> policy;
   core::LogLevel log_level = core::LogLevel::kInfo;
+  core::LogFormat log_format = core::LogFormat::kText;
+  std::string access_log_path;  // "": access lines go with the event log (stderr)
+  core::AccessFormat access_log_format = core::AccessFormat::kCorral;
 
   int processes = 1;  // 0: one per CPU this process may use
   bool pin = false;

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "app/logs.h"
 #include "tls/transport.h"
 #include "workers/link_codec.h"
 
@@ -72,6 +73,9 @@ int ServerProcess::run() {
   if (generation_->options.on_process) generation_->options.on_process(ctx_.slot);
   auto run = run_options();
   log_.set_level(generation_->options.log_level);
+  log_.forget_access_file();  // the launcher closed what this process inherited
+  if (auto problem = apply_log_options(log_, generation_->options); !problem.empty())
+    log_.error("access_log_failed", "error=\"{}\"", problem);
 #ifdef CORRAL_FAULT_INJECTION
   // Test builds only (src/app/CMakeLists.txt): a slot that crashes at startup (a crash loop);
   // every server process exiting with a status at startup (a configuration it cannot run: 78).

@@ -421,6 +421,38 @@ void read_workers(Reader& r, const toml::node& node, const std::string& base_dir
   }
 }
 
+// log_format, access_log (true, false or a path), access_log_format.
+void read_logs(Reader& r, const toml::table& root, const std::string& base_dir, Config& c,
+               ConfigErrors& errors) {
+  std::string format;
+  r.string(root, "log_format", format);
+  if (format == "json")
+    c.log_format = core::LogFormat::kJson;
+  else if (format == "text")
+    c.log_format = core::LogFormat::kText;
+  else if (!format.empty())
+    errors.problems.push_back("log_format: expected \"text\" or \"json\"");
+  if (auto* v = root.get("access_log")) {
+    if (v->is_boolean()) {
+      c.server.access_log = *v->value<bool>();
+    } else if (v->is_string() && !v->value<std::string>()->empty()) {
+      std::string path = *v->value<std::string>();
+      c.access_log_path = path.front() == '/' ? path : base_dir + "/" + path;
+      c.server.access_log = true;
+    } else {
+      errors.problems.push_back("access_log: expected true, false or a file path");
+    }
+  }
+  format.clear();
+  r.string(root, "access_log_format", format);
+  if (format == "combined")
+    c.access_log_format = core::AccessFormat::kCombined;
+  else if (format == "corral")
+    c.access_log_format = core::AccessFormat::kCorral;
+  else if (!format.empty())
+    errors.problems.push_back("access_log_format: expected \"corral\" or \"combined\"");
+}
+
 void read_log_level(Reader& r, const toml::table& root, Config& c, ConfigErrors& errors) {
   std::string level;
   r.string(root, "log_level", level);
@@ -578,8 +610,9 @@ ConfigErrors load_config(const std::string& path, Config& c) {
   r.check_unknown(
       root, "",
       {"listen", "root", "processes", "pin", "max_draining_generations", "state_dir", "workers",
-       "log_level", "access_log", "allowed_hosts", "relays", "limits", "timeouts", "server_name",
-       "referrer_policy", "tls", "http3", "process_header", "serve_dotfiles", "admin"});
+       "log_level", "log_format", "access_log", "access_log_format", "allowed_hosts", "relays",
+       "limits", "timeouts", "server_name", "referrer_policy", "tls", "http3", "process_header",
+       "serve_dotfiles", "admin"});
   r.string(root, "listen", c.listen);
   if (auto p = core::parse_address(c.listen); !p)
     errors.problems.push_back(fmt::format("listen: {}", p.error().reason));
@@ -591,7 +624,7 @@ ConfigErrors load_config(const std::string& path, Config& c) {
   if (auto* node = root.get("workers")) read_workers(r, *node, config_dir(path), c, errors);
   r.boolean(root, "pin", c.pin);
   read_log_level(r, root, c, errors);
-  r.boolean(root, "access_log", c.server.access_log);
+  read_logs(r, root, config_dir(path), c, errors);
   r.boolean(root, "process_header", c.process_header);
   r.string(root, "server_name", c.server.server_name);
   r.string(root, "referrer_policy", c.server.referrer_policy);

@@ -102,6 +102,11 @@ struct Config {
   // allow 4 at once); past it the oldest is closed (its WebSockets get 1001).
   int max_draining_generations = 3;
   core::LogLevel log_level = core::LogLevel::kInfo;
+  // log_format, access_log = "/path" (relative to the file's directory; "" with access_log =
+  // true: the event log, stderr), access_log_format (docs/config.md).
+  core::LogFormat log_format = core::LogFormat::kText;
+  std::string access_log_path;
+  core::AccessFormat access_log_format = core::AccessFormat::kCorral;
   std::vector<std::string> allowed_hosts;
   std::vector<std::string> relays;
   http::ServerOptions server;

@@ -44,6 +44,7 @@ struct Flags {
   std::string steering, retry;  // [http3] overrides
   bool no_http3 = false;
   bool no_access_log = false;
+  std::string log_format, access_log;  // --log-format text|json, --access-log PATH
   int processes = -1;  // -1: not given
   bool pin = false;
   bool serve_dotfiles = false;
@@ -169,6 +170,15 @@ cli::ConfigErrors prepare(const Flags& flags, core::Logger& log, Prepared& out,
   }
   if (!flags.log_level.empty() && !parse_level(flags.log_level, config.log_level))
     errors.problems.push_back("--log-level: expected one of debug, info, warn, error");
+  if (flags.log_format == "json" || flags.log_format == "text")
+    config.log_format =
+        flags.log_format == "json" ? core::LogFormat::kJson : core::LogFormat::kText;
+  else if (!flags.log_format.empty())
+    errors.problems.push_back("--log-format: expected text or json");
+  if (!flags.access_log.empty()) {
+    config.access_log_path = flags.access_log;
+    config.server.access_log = true;
+  }
   auto addr = core::parse_address(config.listen);
   if (!addr) errors.problems.push_back("listen: " + addr.error().reason);
   if (!config.root.empty()) {
@@ -231,6 +241,9 @@ cli::ConfigErrors prepare(const Flags& flags, core::Logger& log, Prepared& out,
   o.server = config.server;
   o.policy = std::move(policy);
   o.log_level = config.log_level;
+  o.log_format = config.log_format;
+  o.access_log_path = config.access_log_path;
+  o.access_log_format = config.access_log_format;
   o.processes = config.processes;
   o.pin = config.pin;
   o.max_draining_generations = config.max_draining_generations;
@@ -311,6 +324,10 @@ void add_serve_options(CLI::App& app, Flags& flags) {
                       "Roll out every saved change under a worker kind's code directory "
                       "(as [workers] watch = true)");
   serve_cmd->add_flag("--no-access-log", flags.no_access_log, "Do not log one line per request");
+  serve_cmd->add_option("--log-format", flags.log_format,
+                        "Event and access log lines: text (default) or json (one object a line)");
+  serve_cmd->add_option("--access-log", flags.access_log,
+                        "Write the access log to this file (default: with the event log, stderr)");
   serve_cmd->add_option("--tls-listen", flags.tls_listen,
                         "HTTPS address (e.g. 127.0.0.1:8443; default: none)");
   serve_cmd->add_option("--cert", flags.cert,

@@ -128,6 +128,47 @@ void append_log_escaped(std::string& out, std::string_view bytes, bool quoted) {
       });
 }
 
+void append_json_string(std::string& out, std::string_view bytes) {
+  out += '"';
+  size_t i = 0;
+  while (i < bytes.size()) {
+    std::string_view rest = bytes.substr(i);
+    size_t n = utf8_scalar_length(rest);
+    if (n == 0) {
+      out += "\\ufffd";
+      ++i;
+      continue;
+    }
+    unsigned char c = static_cast<unsigned char>(rest[0]);
+    if (n == 1 && (c == '"' || c == '\\')) {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (n == 1 && c < 0x20) {
+      switch (c) {
+        case '\n':
+          out += "\\n";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
+        default:
+          out += "\\u00";
+          out += static_cast<char>(kHex[c >> 4] | 0x20);
+          out += static_cast<char>(kHex[c & 15] | 0x20);
+      }
+    } else if (n == 3 && unsafe_scalar(rest, n)) {  // U+2028, U+2029
+      out += static_cast<unsigned char>(rest[2]) == 0xA8 ? "\\u2028" : "\\u2029";
+    } else {
+      out.append(rest.substr(0, n));  // DEL and C1 controls are valid in JSON strings
+    }
+    i += n;
+  }
+  out += '"';
+}
+
 std::string name_encode(std::string_view bytes) {
   std::string out;
   out.reserve(bytes.size() + 8);

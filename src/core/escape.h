@@ -51,6 +51,11 @@ constexpr size_t kMinFileName = 23;
 // `max` >= kMinFileName.
 std::string bounded_file_name(std::string_view bytes, size_t max);
 
+// A JSON string (RFC 8259) of any bytes, quotes included: '"', '\\' and every control character
+// escaped (\n, \u001b), U+2028/U+2029 as \u2028/\u2029 (safe in JavaScript too), and each byte
+// that is not part of valid UTF-8 as \ufffd. The result is valid UTF-8 that any JSON parser reads.
+void append_json_string(std::string& out, std::string_view bytes);
+
 // `quoted`: also escape '\' and '"' (the value sits between quotes).
 void append_log_escaped(std::string& out, std::string_view bytes, bool quoted = true);
 std::string log_escaped(std::string_view bytes, bool quoted = true);

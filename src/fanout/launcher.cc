@@ -51,10 +51,13 @@ core::Result<pid_t> ForkLauncher::launch(const ChildContext& ctx, const ChildMai
       _exit(kExitBadConfig);
     }
   }
-  // The supervisor's signals were blocked for its signalfd: start clean.
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
+  // The supervisor's signals were blocked for its signalfd: start clean, but for SIGUSR1 (reopen
+  // the logs), which the supervisor passes on at any time: its default action would end a
+  // process that has not taken it into its own signalfd yet; blocked, it waits for that.
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGUSR1);
+  sigprocmask(SIG_SETMASK, &mask, nullptr);
   fcntl(ctx.ready_fd, F_SETFD, 0);
   // Close everything else we inherited: the epoll and signal fds, pidfds, other slots' sockets,
   // the supervisor's end of the link.

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 #include <cerrno>
 
 #include <algorithm>
@@ -427,6 +428,10 @@ void Supervisor::kill_all(int signo, bool old_only) {
   }
 }
 
+void Supervisor::signal_all(int signo) {
+  for (auto& c : children_) launcher_.signal(c->pid, signo);
+}
+
 void Supervisor::terminate() {
   if (terminating_) {
     if (!killed_) {
@@ -557,6 +562,16 @@ int run_fanout(core::Logger& log, Launcher& launcher, SupervisorOptions options,
   };
   (void)loop.on_signal(SIGTERM, term);
   (void)loop.on_signal(SIGINT, term);
+  // SIGUSR1 (logrotate): reopen our own log files, and every server process its own (each
+  // holds its own descriptors: they write the access log).
+  (void)loop.on_signal(SIGUSR1, [&](const signalfd_siginfo&) {
+    if (auto failed = log.reopen(); !failed.empty())
+      log.error("logs_reopen_failed", "error=\"{}\"", failed);
+    else
+      log.info("logs_reopened", "pid={} processes={}", getpid(), sup.live_processes());
+    sup.signal_all(SIGUSR1);
+    if (hooks.on_reopen_logs) hooks.on_reopen_logs();
+  });
   (void)loop.on_signal(SIGHUP, [&](const signalfd_siginfo&) {
     if (!hooks.on_reload) return;
     auto next_listeners = sup.listeners();

@@ -134,6 +134,8 @@ class Supervisor {
   // A new generation with `main` and `listeners` (pass the current set to keep the sockets).
   void reload(std::shared_ptr<ListenerSet> listeners, ChildMain main);
   void terminate();
+  // Sends `signo` to every live process, of every generation (SIGUSR1: reopen the logs).
+  void signal_all(int signo);
 
   std::vector<SlotState> state() const;
   std::vector<DrainingState> draining() const;  // oldest first
@@ -206,6 +208,8 @@ struct FanoutHooks {
   // Shutdown of what on_started started (the worker manager): call `done` when it is over; the
   // supervisor returns once its processes are reaped and `done` was called.
   std::function<void(std::function<void()> done)> on_terminate;
+  // SIGUSR1, after the supervisor's own logs and its processes': services' own log files.
+  std::function<void()> on_reopen_logs;
 };
 int run_fanout(core::Logger& log, Launcher& launcher, SupervisorOptions options,
                std::shared_ptr<ListenerSet> listeners, ChildMain main, FanoutHooks hooks = {});

@@ -276,6 +276,7 @@ void Connection::dispatch() {
   read_timer_kind_ = ReadTimer::kNone;
   ++server_.stats_.requests;
   req_.loop = &loop_;
+  server_.assign_trace(req_);
   if (secure_) req_.scheme = "https";  // before admission: a verified relay may still say otherwise
   auto a = admit(req_, peer_info_, server_.policy());
   if (a.status) {
@@ -383,8 +384,7 @@ void Connection::write_response(Response& r) {
   if (plan.close) close_after_write_ = true;
   switch (plan.body) {
     case BodyKind::kDeferred:
-      log_method_.assign(req_.method_name);
-      log_target_.assign(req_.target);
+      keep_log_fields();
       deferred_ = std::move(plan.deferred);
       plan.reset();
       deferred_->start(*this);  // may respond() at once
@@ -412,8 +412,7 @@ void Connection::write_response(Response& r) {
       big_body_ = plan.take_bytes();
       big_off_ = 0;
       file_active_ = true;
-      log_method_.assign(req_.method_name);
-      log_target_.assign(req_.target);
+      keep_log_fields();
       return;  // flush() sends it; finish_request() follows
     }
     out_.append(plan.bytes);
@@ -432,8 +431,7 @@ void Connection::write_response(Response& r) {
       file_offset_ = file_.parts[0].range.first;
       file_left_ = file_.parts[0].range.last - file_.parts[0].range.first + 1;
     }
-    log_method_.assign(req_.method_name);
-    log_target_.assign(req_.target);
+    keep_log_fields();
     return;  // flush() sends the file; finish_request() follows
   }
   if (plan.body != BodyKind::kStream || !plan.send_body) {
@@ -441,8 +439,7 @@ void Connection::write_response(Response& r) {
     return;
   }
   stream_chunked_ = framing.chunked;
-  log_method_.assign(req_.method_name);
-  log_target_.assign(req_.target);
+  keep_log_fields();
   producer_ = std::move(plan.producer);
   plan.reset();  // on_start() is the route's code: nothing below reads the plan
   stream_ended_ = false;
@@ -536,22 +533,39 @@ void Connection::abort_stream() {
   loop_.destroy_later(std::move(p));
 }
 
+void Connection::keep_log_fields() {
+  log_method_.assign(req_.method_name);
+  log_target_.assign(req_.target);
+  if (server_.log().access_format() == core::AccessFormat::kCombined) {
+    log_referer_.assign(req_.header("referer").value_or(""));
+    log_agent_.assign(req_.header("user-agent").value_or(""));
+  }
+}
+
 void Connection::access_log(int status, uint64_t bytes) {
   if (!server_.options().access_log) return;
-  std::string_view method = log_method_.empty() ? req_.method_name : log_method_;
-  std::string_view target = log_target_.empty() ? req_.target : log_target_;
-  if (target.size() > 2048) target = target.substr(0, 2048);
-  auto& b = server_.log().buffered();
-  // Escaped (core/log.h): a byte may become "\xNN".
-  size_t cap = 160 + 4 * (method.size() + target.size()) + peer_ip_.size();
-  char* p = b.reserve(cap);
-  auto r = fmt::format_to_n(
-      p, cap, "{} info access remote={} method={} target={} status={} bytes={} ms={}",
-      server_.log_time(), peer_ip_, core::LogValue{method.empty() ? "-" : method, false},
-      core::LogValue{target.empty() ? "-" : target, false}, status, bytes,
-      loop_.now() - started_ms_);
-  b.commit(std::min(r.size, cap));
-  server_.log().end_buffered_line();
+  const bool kept = !log_method_.empty();  // an asynchronous response: req_'s views may be gone
+  core::AccessRecord r;
+  r.time = server_.log_time();
+  r.remote = peer_ip_;
+  r.method = kept ? log_method_ : req_.method_name;
+  r.target = log_target_.empty() ? req_.target : log_target_;
+  r.status = status;
+  r.bytes = bytes;
+  r.duration_ms = loop_.now() - started_ms_;
+  r.traceparent = req_.traceparent();
+  if (req_.upstream.proxied) {
+    r.proxied = true;
+    r.address = req_.upstream.address;
+    r.worker_pid = req_.upstream.worker_pid;
+    r.cold = req_.upstream.cold;
+  }
+  if (server_.log().access_format() == core::AccessFormat::kCombined) {
+    r.referer = kept ? log_referer_ : req_.header("referer").value_or("");
+    r.user_agent = kept ? log_agent_ : req_.header("user-agent").value_or("");
+    if (req_.principal) r.user = req_.principal->id;
+  }
+  server_.log().access(r);
 }
 
 void Connection::finish_request() {
@@ -561,6 +575,8 @@ void Connection::finish_request() {
   access_log(status_, body_bytes_);
   log_method_.clear();
   log_target_.clear();
+  log_referer_.clear();
+  log_agent_.clear();
   parser_.next_request();
   req_.reset();
   phase_ = Phase::kIdle;

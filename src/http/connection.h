@@ -88,6 +88,7 @@ class Connection final : public core::IoHandler,
   void start_linger();
   void hand_over();  // after a 101: the socket goes to the upgrade handler
   void access_log(int status, uint64_t bytes);
+  void keep_log_fields();  // copies of what the access log needs, before the response goes async
   void abort_stream();
   // StreamWriter
   bool write(std::string_view data) override;
@@ -177,6 +178,7 @@ class Connection final : public core::IoHandler,
   bool peer_shut_ = false;            // EPOLLRDHUP seen while a body streams: read on to its EOF
   std::string log_method_;            // copies for the access log of an asynchronous response
   std::string log_target_;
+  std::string log_referer_, log_agent_;  // combined format only
 };
 
 }  // namespace corral::http

@@ -4,6 +4,7 @@
 
 #include <sys/random.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace corral::http {
@@ -112,6 +113,15 @@ void Request::reset() {
   wildcard.clear();
   principal.reset();
   nonce_len_ = 0;
+  trace_len_ = 0;
+  upstream.proxied = upstream.cold = false;
+  upstream.address.clear();
+  upstream.worker_pid = 0;
+}
+
+void Request::set_traceparent(std::string_view value) {
+  trace_len_ = static_cast<uint8_t>(std::min(value.size(), sizeof trace_));
+  std::memcpy(trace_, value.data(), trace_len_);
 }
 
 void Request::rebase(const char* old_base, size_t len, const char* new_base) {

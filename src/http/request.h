@@ -106,6 +106,23 @@ struct Request {
   // (streams); null when the core function is called without a server.
   core::EventLoop* loop = nullptr;
 
+  // This request's W3C traceparent (http/trace_context.h): the client's when valid, else one the
+  // server made; "" before dispatch. trace_id() is its 32 hex digits.
+  std::string_view traceparent() const { return {trace_, trace_len_}; }
+  std::string_view trace_id() const { return trace_len_ ? traceparent().substr(3, 32) : ""; }
+  void set_traceparent(std::string_view value);
+
+  // What the access log says of a proxied request, beyond the request itself: set by the route
+  // that proxies it (the worker's address) and by the proxy once a worker answered for it (its
+  // pid, and whether it was started for this request). Kept by reset() for its capacity.
+  struct Upstream {
+    bool proxied = false;
+    std::string address;
+    int64_t worker_pid = 0;
+    bool cold = false;
+  };
+  Upstream upstream;
+
   // The Content-Security-Policy nonce of this response, generated on first use. An HTML response
   // carries it in its CSP header; a route that renders inline scripts reads it here.
   std::string_view csp_nonce();
@@ -122,6 +139,8 @@ struct Request {
  private:
   char nonce_[24];
   uint8_t nonce_len_ = 0;
+  char trace_[55];
+  uint8_t trace_len_ = 0;
 };
 
 }  // namespace corral::http

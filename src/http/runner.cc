@@ -1,6 +1,7 @@
 #include "http/runner.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 namespace corral::http {
 
@@ -103,6 +104,14 @@ struct Shutdown {
     if (options.drain_signal != 0)
       (void)loop.on_signal(options.drain_signal,
                            [this](const signalfd_siginfo& si) { begin_close(si, true); });
+    // SIGUSR1 (logrotate's postrotate, or the supervisor passing it on): the buffered access
+    // lines go to the old file, then the log files are opened again by path.
+    (void)loop.on_signal(SIGUSR1, [this](const signalfd_siginfo&) {
+      if (auto failed = log.reopen(); !failed.empty())
+        log.error("logs_reopen_failed", "error=\"{}\"", failed);
+      else
+        log.info("logs_reopened", "pid={}", getpid());
+    });
     const RunOptions* opts = &options;
     (void)loop.on_signal(SIGHUP, [this, opts](const signalfd_siginfo&) {
       if (!opts->on_reload) return;

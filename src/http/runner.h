@@ -1,6 +1,7 @@
 // run_server: the whole single-process server in one call, for the `corral` program and for
 // embedding applications: an event loop, the listeners, the Site, SIGTERM/SIGINT for a graceful
-// close, SIGHUP for a reload hook and, under a supervisor, a drain signal. Returns the process exit
+// close, SIGHUP for a reload hook, SIGUSR1 to reopen the log files (core::Logger::reopen) and,
+// under a supervisor, a drain signal. Returns the process exit
 // status (0 after a graceful close).
 #pragma once
 

@@ -154,6 +154,25 @@ std::string_view Server::log_time() {
   return log_time_;
 }
 
+void Server::assign_trace(Request& req) {
+  std::optional<std::string_view> sent;
+  for (const auto& h : req.headers) {
+    if (h.name.size() != 11 || !iequals(h.name, "traceparent")) continue;
+    if (sent) {  // two: neither is the trace
+      sent.reset();
+      break;
+    }
+    sent = h.value;
+  }
+  if (sent && valid_traceparent(*sent)) {
+    req.set_traceparent(*sent);
+    return;
+  }
+  char made[kTraceparentSize];
+  trace_ids_.make(made);
+  req.set_traceparent({made, sizeof made});
+}
+
 void Server::on_accept(int listen_fd, const core::TransportFactory* transport) {
   for (int i = 0; i < kAcceptBatch; ++i) {
     core::SocketAddress peer;
@@ -173,6 +192,10 @@ void Server::on_accept(int listen_fd, const core::TransportFactory* transport) {
       return;
     }
     ++stats_.accepted;
+    if (options_.admit_socket && !options_.admit_socket(fd)) {
+      ::close(fd);
+      continue;
+    }
     if (stats_.active >= options_.max_connections || closing_) {
       // Refuse without touching the connections already served: a canned answer, then close.
       ++stats_.refused;

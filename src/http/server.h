@@ -26,6 +26,7 @@
 #include "http/http_date.h"
 #include "http/parser.h"
 #include "http/site.h"
+#include "http/trace_context.h"
 
 namespace corral::http {
 
@@ -55,6 +56,9 @@ struct ServerOptions {
   // What the worker builds from them, a WebSocket Origin check or a Location, is then the
   // client's view, not the proxy's `Host: localhost`.
   bool behind_corral = false;
+  // Asked about each accepted socket before it is served: false closes it at once, unanswered
+  // (the control socket refuses a peer of another user this way, by SO_PEERCRED).
+  std::function<bool(int fd)> admit_socket;
 };
 
 struct ServerStats {
@@ -116,6 +120,9 @@ class Server {
   const AdmissionPolicy& policy() const { return *policy_; }
   std::string_view date();      // the Date header value, formatted once per second
   std::string_view log_time();  // ISO-8601, once per second
+  // Gives `req` its traceparent (http/trace_context.h): the client's one when it sent exactly one
+  // valid field, else a new one.
+  void assign_trace(Request& req);
 
  private:
   friend class Connection;
@@ -148,6 +155,7 @@ class Server {
   ServerStats stats_;
   DateCache date_;
   time_t log_time_s_ = 0;
+  TraceIds trace_ids_;
   char log_time_[32] = {};
   bool closing_ = false;
   bool draining_ = false;

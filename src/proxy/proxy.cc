@@ -66,6 +66,8 @@ std::string prepare_request(const Request& req, const ProxyOptions& options) {
   // Only when it is not the default: every byte here is on every proxied request (one header
   // more on each made the server process's CPU per proxied request 1.05x, bench/workers.sh).
   if (req.scheme == "https") r.append("Corral-Scheme: https\r\n");
+  std::string_view trace = req.traceparent();
+  bool client_trace = !trace.empty() && req.header("traceparent") == trace;
   // Fields the client's Connection names are hop-by-hop for its request (RFC 9110 §7.6.1).
   bool named = false;
   for (const auto& h : req.headers)
@@ -79,8 +81,14 @@ std::string prepare_request(const Request& req, const ProxyOptions& options) {
         iequals(h.name, "host") || iequals(h.name, "expect") ||
         (named && req.headers.has_token("connection", h.name)))
       continue;
+    // The request's own traceparent goes below (the client's when it was valid); a client's
+    // tracestate goes with the client's trace only (W3C Trace Context §3.3).
+    if (!trace.empty() && h.name.size() == 11 && iequals(h.name, "traceparent")) continue;
+    if (!trace.empty() && h.name.size() == 10 && iequals(h.name, "tracestate") && !client_trace)
+      continue;
     r.append(h.name).append(": ").append(h.value).append("\r\n");
   }
+  if (!trace.empty()) r.append("traceparent: ").append(trace).append("\r\n");
   r.append(options.extra_headers);
   if (req.body_stream) {
     // Streamed: the body follows the head as the client sends it, framed as the client framed

@@ -90,6 +90,7 @@ class H3Stream final : private http::StreamWriter, private http::Responder {
   uint64_t started_ms_ = 0;
   int status_ = 0;
   std::string log_method_, log_target_;
+  std::string log_referer_, log_agent_;  // the combined access format only
 
   // The body, in chunks handed to nghttp3 in order and released in order as they are acked.
   std::deque<std::string> chunks_;

@@ -79,6 +79,7 @@ void H3Stream::dispatch() {
   req_.body = body_;
   req_.loop = &ep.loop();
   req_.scheme = "https";  // a relay's forwarding headers may say otherwise (admission)
+  tcp.assign_trace(req_);
   auto a = http::admit(req_, conn_.peer(), tcp.policy());
   if (a.status) {
     respond_error(a.status, a.reason);
@@ -170,6 +171,10 @@ void H3Stream::submit(http::Response& r) {
                                  req_.pattern, fmt::format("{:.40}", plan.refused_header));
   log_method_.assign(req_.method_name);
   log_target_.assign(req_.target);
+  if (conn_.endpoint().tcp().log().access_format() == core::AccessFormat::kCombined) {
+    log_referer_.assign(req_.header("referer").value_or(""));
+    log_agent_.assign(req_.header("user-agent").value_or(""));
+  }
   switch (plan.body) {
     case http::BodyKind::kDeferred:
       deferred_ = std::move(plan.deferred);
@@ -373,21 +378,27 @@ void H3Stream::abort_producers() {
 void H3Stream::access_log() {
   auto& tcp = conn_.endpoint().tcp();
   if (!tcp.options().access_log || !in_request_) return;
-  std::string_view method = log_method_.empty() ? req_.method_name : log_method_;
-  std::string_view target = log_target_.empty() ? req_.target : log_target_;
-  if (target.size() > 2048) target = target.substr(0, 2048);
   auto peer = conn_.peer().text();
-  auto& b = tcp.log().buffered();
-  // Escaped (core/log.h): a byte may become "\xNN".
-  size_t cap = 180 + 4 * (method.size() + target.size()) + peer.size();
-  char* p = b.reserve(cap);
-  auto r = fmt::format_to_n(
-      p, cap, "{} info access remote={} method={} target={} status={} bytes={} ms={} proto=h3",
-      tcp.log_time(), peer, core::LogValue{method.empty() ? "-" : method, false},
-      core::LogValue{target.empty() ? "-" : target, false}, status_ ? status_ : 499, body_bytes_,
-      conn_.endpoint().loop().now() - started_ms_);
-  b.commit(std::min(r.size, cap));
-  tcp.log().end_buffered_line();
+  core::AccessRecord r;
+  r.time = tcp.log_time();
+  r.remote = peer;
+  r.method = log_method_.empty() ? req_.method_name : log_method_;
+  r.target = log_target_.empty() ? req_.target : log_target_;
+  r.proto = "h3";
+  r.status = status_ ? status_ : 499;
+  r.bytes = body_bytes_;
+  r.duration_ms = conn_.endpoint().loop().now() - started_ms_;
+  r.traceparent = req_.traceparent();
+  if (req_.upstream.proxied) {
+    r.proxied = true;
+    r.address = req_.upstream.address;
+    r.worker_pid = req_.upstream.worker_pid;
+    r.cold = req_.upstream.cold;
+  }
+  r.referer = log_referer_;
+  r.user_agent = log_agent_;
+  if (req_.principal) r.user = req_.principal->id;
+  tcp.log().access(r);
 }
 
 void H3Stream::finish() {

@@ -99,6 +99,8 @@ void add_proxy_routes(http::SiteBuilder& site, const std::vector<KindConfig>& ki
             options.add_header("Corral-Remote-Address", req.remote_address)
                 .add_header("Corral-Address", core::wire_encode(address));
             if (req.principal) options.add_header("Corral-Principal", req.principal->id);
+            req.upstream.proxied = true;
+            req.upstream.address.assign(address);  // the access log's (capacity kept)
             options.label = std::move(address);
             // The worker sees the part of the path the route's '*' matched ("/doc/42/edit" with
             // "/doc/{id}/*" -> "/edit"), with the query: its routes are relative to its address.
