@@ -1,5 +1,8 @@
 #include "app/services.h"
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "control/admin.h"
 #include "control/control_site.h"
 #include "control/rollout_routes.h"
@@ -41,6 +44,18 @@ SupervisorServices::SupervisorServices(core::EventLoop& loop, core::Logger& log,
   }
   http::ServerOptions opts;
   opts.access_log = false;
+  // Only the user running corral: the socket's mode (0600) says so to the file system, and
+  // SO_PEERCRED says so again for a socket file whose mode was opened (root is no exception
+  // unless corral runs as root; docs/operate.md, "The control socket").
+  opts.admit_socket = [&log, me = ::geteuid()](int fd) {
+    ucred peer{};
+    socklen_t len = sizeof peer;
+    bool known = ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) == 0;
+    if (known && peer.uid == me) return true;
+    log.warn("control_refused", "uid={} pid={}", known ? int64_t{peer.uid} : -1,
+             known ? int64_t{peer.pid} : -1);
+    return false;
+  };
   control_ = std::make_unique<http::Server>(loop, log, opts);
   http::SiteBuilder site;
   control::ProcessReport reported = [reports](int slot) {

@@ -142,7 +142,7 @@ std::string format_workers(const nlohmann::json& state) {
       if (!stop_at.empty())
         idle_stop = stop_at + (e.contains("idle_stop_delayed") ? " (delayed)" : "");
       if (e.contains("error")) {
-        detail = error_detail(e["error"]);
+        detail = error_detail(e["error"]) + " (see: corral ctl logs " + address + ")";
       } else if (e.value("suspended", false)) {
         detail = "suspended";
       } else if (std::string queued = text(e, "queuedAt"); !queued.empty()) {
@@ -153,6 +153,104 @@ std::string format_workers(const nlohmann::json& state) {
       rows.push_back({address, text(e, "status"), pid, holds, idle_stop, detail});
     }
   return table(rows);
+}
+
+std::string format_duration(int64_t seconds) {
+  if (seconds < 0) seconds = 0;
+  if (seconds < 60) return fmt::format("{}s", seconds);
+  if (seconds < 3600) return fmt::format("{}m{:02}s", seconds / 60, seconds % 60);
+  if (seconds < 86400) return fmt::format("{}h{:02}m", seconds / 3600, seconds % 3600 / 60);
+  return fmt::format("{}d{:02}h", seconds / 86400, seconds % 86400 / 3600);
+}
+
+std::string format_processes(const nlohmann::json& processes, int64_t now) {
+  if (!processes.is_object()) return dump(processes) + "\n";
+  auto number = [](const nlohmann::json& o, const char* key) -> std::string {
+    auto it = o.find(key);
+    return it != o.end() && it->is_number() ? dump(*it) : "-";
+  };
+  auto since = [now](const nlohmann::json& o, const char* key) -> std::string {
+    auto it = o.find(key);
+    if (it == o.end() || !it->is_number_integer() || it->get<int64_t>() <= 0) return "-";
+    return format_duration(now - it->get<int64_t>());
+  };
+  std::string out = "generation " + number(processes, "generation");
+  if (processes.value("terminating", false)) out += " (terminating)";
+  out += "\n";
+  std::vector<std::vector<std::string>> rows{
+      {"SLOT", "PID", "CPU", "GEN", "STATUS", "UPTIME", "RESTARTS", "LAST EXIT", "BACKOFF"}};
+  if (auto it = processes.find("processes"); it != processes.end() && it->is_array())
+    for (const auto& p : *it) {
+      bool live = p.value("pid", 0) > 0;
+      std::string cpu = number(p, "cpu");
+      std::string last_exit = text(p, "last_exit");
+      uint64_t backoff = p.value("backoff_ms", uint64_t{0});
+      rows.push_back({number(p, "index"), live ? number(p, "pid") : "-", cpu == "-1" ? "-" : cpu,
+                      number(p, "generation"), text(p, "status"),
+                      live ? since(p, "started_at") : "-", number(p, "restarts"),
+                      last_exit.empty() ? "-" : last_exit,
+                      backoff ? fmt::format("{} ms", backoff) : "-"});
+    }
+  out += table(rows);
+  std::vector<std::vector<std::string>> draining{{"DRAINING", "PID", "GEN", "STATUS", "SINCE"}};
+  if (auto it = processes.find("draining"); it != processes.end() && it->is_array())
+    for (const auto& d : *it)
+      draining.push_back({number(d, "index"), number(d, "pid"), number(d, "generation"),
+                          text(d, "status"), since(d, "since")});
+  if (draining.size() > 1) out += "\n" + table(draining);
+  return out;
+}
+
+std::string format_action(const std::string& verb, const nlohmann::json& answer) {
+  std::string address = text(answer, "address");
+  const nlohmann::json& entry =
+      answer.contains("entry") ? answer["entry"] : static_cast<const nlohmann::json&>(nullptr);
+  std::string status = entry.is_object() ? text(entry, "status") : "";
+  std::string pid;
+  if (entry.is_object())
+    if (auto p = entry.find("pid"); p != entry.end() && p->is_number_integer())
+      pid = fmt::format(" (pid {})", p->get<int64_t>());
+  std::string line;
+  if (status == "failed") {
+    line = fmt::format("{}: {}: failed: {}; see: corral ctl logs {}", address, verb,
+                       error_detail(entry["error"]), address);
+  } else if (verb == "retry") {
+    line = status.empty() ? address + ": failure cleared; the next request starts its worker"
+                          : fmt::format("{}: retried; {}{}", address, status, pid);
+  } else if (verb == "stop") {
+    line = status.empty() ? address + ": stopped" : fmt::format("{}: {}{}", address, status, pid);
+  } else if (verb == "suspend") {
+    line = fmt::format(
+        "{}: suspended: its requests get 503 until corral ctl resume {}{}", address, address,
+        status == "stopping" ? fmt::format("; its worker{} is stopping", pid) : std::string());
+  } else if (verb == "resume") {
+    line = status.empty() ? address + ": resumed; the next request starts its worker"
+                          : fmt::format("{}: resumed; {}{}", address, status, pid);
+  } else {
+    line = fmt::format("{}: {}: {}", address, verb, status.empty() ? "done" : status);
+  }
+  return line + "\n";
+}
+
+std::string format_refusal(const std::string& what, int status, const std::string& body) {
+  auto j = nlohmann::json::parse(body, nullptr, false);
+  std::string message = body, code;
+  if (!j.is_discarded() && j.is_object() && j.contains("error") && j["error"].is_object()) {
+    message = text(j["error"], "message");
+    code = text(j["error"], "code");
+  }
+  while (!message.empty() && (message.back() == '\n' || message.back() == '\r')) message.pop_back();
+  // What to do next, by what was refused.
+  std::string hint;
+  if (code == "not_found")
+    hint = "see: corral ctl workers";
+  else if (code == "unknown_kind" || code == "no_code" || code == "unknown_version")
+    hint = "see: corral ctl kinds";
+  else if (status == 404 && code.empty())
+    hint = "this corral has no worker kinds";
+  std::string out = fmt::format("corral: {}: {}", what, message.empty() ? "refused" : message);
+  out += " (" + (code.empty() ? std::string() : code + ", ") + std::to_string(status) + ")";
+  return hint.empty() ? out : out + "; " + hint;
 }
 
 }  // namespace corral::cli

@@ -1,4 +1,4 @@
-// What `corral ctl rollout` and `corral ctl kinds` print, from the control API's JSON.
+// What `corral ctl` prints, from the control API's JSON: tables, action lines, refusals.
 #include "cli/ctl_format.h"
 
 #include <gtest/gtest.h>
@@ -119,12 +119,102 @@ TEST(CtlFormat, WorkersShowWhatHoldsThemAndTheIdleStop) {
             "version aaaaaaaaaaaa\n"
             "doc:2    running  4243  requests=0 upgraded=0 busy=0  2026-12-03T16:05:00Z (delayed)\n"
             "doc:3    failed   -     -                             -                               "
-            "unresponsive: The worker stopped answering.\n"
+            "unresponsive: The worker stopped answering. (see: corral ctl logs doc:3)\n"
             "doc:4    queued   -     -                             -                               "
             "queued at 2026-12-03T16:02:00Z\n"
             "doc:5    running  7     -                             2026-12-03T16:05:00Z\n");
   EXPECT_EQ(format_workers(nlohmann::json::object()),
             "ADDRESS  STATUS  PID  HOLDS  IDLE STOP  DETAIL\n");
+}
+
+TEST(CtlFormat, ProcessesAreAlignedWithTheirUptimeAndTheDrainingOnes) {
+  nlohmann::json processes = {{"generation", 3},
+                              {"terminating", false},
+                              {"processes",
+                               {{{"index", 0},
+                                 {"pid", 4242},
+                                 {"cpu", 0},
+                                 {"generation", 3},
+                                 {"started_at", 1000},
+                                 {"restarts", 0},
+                                 {"last_exit", ""},
+                                 {"backoff_ms", 0},
+                                 {"status", "running"},
+                                 {"quic", {{"connections", 2}}}},
+                                {{"index", 1},
+                                 {"pid", 0},
+                                 {"cpu", -1},
+                                 {"generation", 3},
+                                 {"started_at", 0},
+                                 {"restarts", 12},
+                                 {"last_exit", "signal 9"},
+                                 {"backoff_ms", 800},
+                                 {"status", "backoff"}}}},
+                              {"draining",
+                               {{{"index", 0},
+                                 {"pid", 4100},
+                                 {"generation", 2},
+                                 {"since", 4712},
+                                 {"status", "draining"}}}}};
+  EXPECT_EQ(format_processes(processes, 4724),
+            "generation 3\n"
+            "SLOT  PID   CPU  GEN  STATUS   UPTIME  RESTARTS  LAST EXIT  BACKOFF\n"
+            "0     4242  0    3    running  1h02m   0         -          -\n"
+            "1     -     -    3    backoff  -       12        signal 9   800 ms\n"
+            "\n"
+            "DRAINING  PID   GEN  STATUS    SINCE\n"
+            "0         4100  2    draining  12s\n");
+  processes["terminating"] = true;
+  processes["draining"] = nlohmann::json::array();
+  EXPECT_EQ(format_processes(processes, 1000).substr(0, 27), "generation 3 (terminating)\n");
+  EXPECT_EQ(format_processes(processes, 1000).find("DRAINING"), std::string::npos);
+}
+
+TEST(CtlFormat, Durations) {
+  EXPECT_EQ(format_duration(0), "0s");
+  EXPECT_EQ(format_duration(59), "59s");
+  EXPECT_EQ(format_duration(185), "3m05s");
+  EXPECT_EQ(format_duration(7380), "2h03m");
+  EXPECT_EQ(format_duration(4 * 86400 + 7300), "4d02h");
+}
+
+TEST(CtlFormat, EveryVerbSaysWhatHappenedInOneLine) {
+  EXPECT_EQ(format_action("retry", {{"address", "doc:7"}, {"entry", nullptr}}),
+            "doc:7: failure cleared; the next request starts its worker\n");
+  EXPECT_EQ(format_action("retry",
+                          {{"address", "doc:7"}, {"entry", {{"status", "starting"}, {"pid", 42}}}}),
+            "doc:7: retried; starting (pid 42)\n");
+  EXPECT_EQ(format_action("stop",
+                          {{"address", "doc:7"}, {"entry", {{"status", "stopping"}, {"pid", 42}}}}),
+            "doc:7: stopping (pid 42)\n");
+  EXPECT_EQ(format_action("stop", {{"address", "doc:7"}, {"entry", nullptr}}), "doc:7: stopped\n");
+  EXPECT_EQ(format_action("suspend", {{"address", "doc:7"},
+                                      {"entry", {{"status", "suspended"}, {"suspended", true}}}}),
+            "doc:7: suspended: its requests get 503 until corral ctl resume doc:7\n");
+  EXPECT_EQ(format_action("resume", {{"address", "doc:7"}, {"entry", nullptr}}),
+            "doc:7: resumed; the next request starts its worker\n");
+  nlohmann::json failed = {
+      {"status", "failed"},
+      {"error", {{"message", "The worker exited."}, {"code", "worker_exited"}}},
+      {"log", "/s/logs/doc.log"}};
+  EXPECT_EQ(format_action("stop", {{"address", "doc:7"}, {"entry", failed}}),
+            "doc:7: stop: failed: worker_exited: The worker exited.; see: corral ctl logs doc:7\n");
+}
+
+TEST(CtlFormat, ARefusalIsOneLineWithWhatToDo) {
+  EXPECT_EQ(format_refusal("ctl retry doc:7", 404,
+                           R"({"error":{"message":"The address is neither failed nor suspended.",)"
+                           R"("code":"not_found"}})"),
+            "corral: ctl retry doc:7: The address is neither failed nor suspended. (not_found, "
+            "404); see: corral ctl workers");
+  EXPECT_EQ(format_refusal("ctl rollout nokind", 404,
+                           R"({"error":{"message":"No such kind.","code":"unknown_kind"}})"),
+            "corral: ctl rollout nokind: No such kind. (unknown_kind, 404); see: corral ctl kinds");
+  EXPECT_EQ(format_refusal("ctl workers", 404, "Not Found\n"),
+            "corral: ctl workers: Not Found (404); this corral has no worker kinds");
+  EXPECT_EQ(
+      format_refusal("ctl stop x", 400, R"({"error":{"message":"Bad.","code":"bad_address"}})"),
+      "corral: ctl stop x: Bad. (bad_address, 400)");
 }
 
 }  // namespace

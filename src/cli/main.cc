@@ -18,7 +18,7 @@
 
 #include "app/app.h"
 #include "cli/config.h"
-#include "cli/ctl_format.h"
+#include "cli/ctl.h"
 #include "cli/demo.h"
 #include "cli/flag_docs.h"
 #include "cli/sites.h"
@@ -347,163 +347,6 @@ void add_serve_options(CLI::App& app, Flags& flags) {
       ->allow_extra_args(false);
 }
 
-// One request to the supervisor's control socket: the status (0 when no answer came within
-// `timeout_ms` or the connection failed: `error` says why) and the body.
-struct ControlAnswer {
-  int status = 0;
-  std::string body;
-  std::string error;
-};
-
-ControlAnswer control_exchange(const std::string& state_dir, const std::string& request,
-                               int timeout_ms) {
-  ControlAnswer a;
-  auto fd = core::connect_unix(state_dir + "/control.sock");
-  if (!fd) {
-    a.error = fd.error().reason + " (is a supervisor running: --processes N, or workers?)";
-    return a;
-  }
-  if (::write(fd->get(), request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
-    a.error = std::string("control socket: ") + std::strerror(errno);
-    return a;
-  }
-  std::string resp;
-  char buf[4096];
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                    deadline - std::chrono::steady_clock::now())
-                    .count();
-    pollfd p{fd->get(), POLLIN, 0};
-    int n = left > 0 ? ::poll(&p, 1, static_cast<int>(left)) : 0;
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      a.error = fmt::format("no answer within {} s", timeout_ms / 1000);
-      return a;
-    }
-    ssize_t got = ::read(fd->get(), buf, sizeof buf);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) break;
-    resp.append(buf, static_cast<size_t>(got));
-  }
-  auto body = resp.find("\r\n\r\n");
-  a.body = body == std::string::npos ? resp : resp.substr(body + 4);
-  if (resp.rfind("HTTP/1.1 ", 0) == 0 && resp.size() >= 12) a.status = std::atoi(resp.c_str() + 9);
-  if (a.status == 0) a.error = "control socket: not an HTTP answer";
-  return a;
-}
-
-std::string control_request(const std::string& method, const std::string& path,
-                            const std::string& body = {}) {
-  std::string req = method + " " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n";
-  if (method != "GET") {
-    if (!body.empty()) req += "Content-Type: application/json\r\n";
-    req += "Content-Length: " + std::to_string(body.size()) + "\r\n";
-  }
-  return req + "\r\n" + body;
-}
-
-// A refusal's {"error": {message, code}} on stderr as "corral: <what>: <message> (<code>)".
-int print_refusal(const std::string& what, const ControlAnswer& a) {
-  auto j = nlohmann::json::parse(a.body, nullptr, false);
-  std::string message = a.body, code;
-  if (!j.is_discarded() && j.is_object() && j.contains("error") && j["error"].is_object()) {
-    message = j["error"].value("message", a.body);
-    code = j["error"].value("code", "");
-  }
-  while (!message.empty() && (message.back() == '\n' || message.back() == '\r')) message.pop_back();
-  std::cerr << "corral: " << what << ": " << message;
-  if (!code.empty()) std::cerr << " (" << code << ", " << a.status << ")";
-  std::cerr << "\n";
-  return 1;
-}
-
-// `corral ctl rollout KIND [--to VERSION] [--json]`: waits for the report (as long as the kind's
-// rollout may take, from GET /workers/kinds, plus 30 s); exit 1 when a worker failed or the
-// rollout was refused.
-int run_ctl_rollout(const std::string& dir, const std::string& kind, const std::string& to,
-                    bool json) {
-  if (kind.empty()) {
-    std::cerr << "corral: ctl rollout needs a KIND (e.g. doc)\n";
-    return 2;
-  }
-  int64_t bound_ms = 120'000;  // when the kinds cannot be read: a default rollout's bound
-  ControlAnswer kinds = control_exchange(dir, control_request("GET", "/workers/kinds"), 10'000);
-  if (!kinds.error.empty()) {
-    std::cerr << "corral: " << kinds.error << "\n";
-    return 1;
-  }
-  if (auto j = nlohmann::json::parse(kinds.body, nullptr, false);
-      !j.is_discarded() && j.is_object() && j.contains(kind) && j[kind].is_object()) {
-    int64_t per_run = j[kind].value("rollout_timeout_ms", int64_t{90'000});
-    // One already under way runs first.
-    bound_ms = per_run * (j[kind].value("rolling", false) ? 2 : 1) + 30'000;
-  }
-  std::string body = to.empty() ? std::string() : nlohmann::json({{"to", to}}).dump();
-  std::string path = "/workers/kinds/" + http::percent_encode_name(kind) + "/rollout";
-  ControlAnswer a = control_exchange(
-      dir, control_request("POST", path, body),
-      static_cast<int>(std::min<int64_t>(bound_ms, std::numeric_limits<int>::max())));
-  if (!a.error.empty()) {
-    std::cerr << "corral: rollout " << kind << ": " << a.error
-              << (a.error.rfind("no answer", 0) == 0 ? " (it goes on: see corral ctl kinds)" : "")
-              << "\n";
-    return 1;
-  }
-  if (a.status != 200) return print_refusal("rollout " + kind, a);
-  auto report = nlohmann::json::parse(a.body, nullptr, false);
-  if (report.is_discarded() || !report.is_object()) {
-    std::cerr << "corral: rollout " << kind << ": not a report: " << a.body << "\n";
-    return 1;
-  }
-  std::cout << (json ? report.dump(2) + "\n" : cli::format_rollout(report));
-  return report.value("failed", 0) > 0 ? 1 : 0;
-}
-
-// `corral ctl WHAT [ADDRESS]`: one request to the supervisor's control socket, its answer printed.
-int run_ctl(const Flags& flags, const std::string& ctl_what, const std::string& ctl_address,
-            const std::string& ctl_to, bool ctl_json) {
-  auto dir = state_directory(flags.state_dir);
-  if (!dir) return state_problem(dir.error());
-  if (ctl_what == "rollout") return run_ctl_rollout(dir.value(), ctl_address, ctl_to, ctl_json);
-  std::string req;
-  if (ctl_what == "processes" || ctl_what == "workers") {
-    req = control_request("GET", "/" + ctl_what);
-  } else if (ctl_what == "kinds") {
-    req = control_request("GET", "/workers/kinds");
-  } else {
-    if (ctl_address.empty()) {
-      std::cerr << "corral: ctl " << ctl_what << " needs an ADDRESS (e.g. doc:42)\n";
-      return 2;
-    }
-    std::string encoded = http::percent_encode_name(ctl_address);  // one path segment
-    req = control_request("POST", "/workers/" + encoded + "/" + ctl_what);
-  }
-  ControlAnswer a = control_exchange(dir.value(), req, 60'000);
-  if (!a.error.empty()) {
-    std::cerr << "corral: " << a.error << "\n";
-    return 1;
-  }
-  if (ctl_what == "kinds") {
-    if (a.status != 200) return print_refusal("kinds", a);
-    auto j = nlohmann::json::parse(a.body, nullptr, false);
-    if (ctl_json || j.is_discarded())
-      std::cout << (j.is_discarded() ? a.body : j.dump(2)) << "\n";
-    else
-      std::cout << cli::format_kinds(j);
-    return 0;
-  }
-  if (ctl_what == "workers" && a.status == 200 && !ctl_json) {
-    auto j = nlohmann::json::parse(a.body, nullptr, false);
-    if (!j.is_discarded()) {
-      std::cout << cli::format_workers(j);
-      return 0;
-    }
-  }
-  std::cout << a.body << "\n";
-  return a.status >= 200 && a.status < 300 ? 0 : 1;
-}
-
 // `corral cert`: makes (or reuses) the dev certificate in `cert_dir` (default: the state
 // directory's tls/) and prints where it is.
 int run_cert(const Flags& flags, std::string cert_dir) {
@@ -563,21 +406,8 @@ int main(int argc, char** argv) {
       app.add_subcommand("check", "Validate a configuration file and print every problem");
   check->add_option("--config", flags.config_path, "TOML configuration file")->required();
 
-  auto* ctl = app.add_subcommand("ctl", "Ask a running supervisor (its control socket)");
-  std::string ctl_what = "processes";
-  std::string ctl_address;
-  std::string ctl_to;
-  bool ctl_json = false;
-  ctl->add_option("WHAT", ctl_what,
-                  "processes | workers | retry | stop | suspend | resume | kinds | rollout")
-      ->check(CLI::IsMember(
-          {"processes", "workers", "retry", "stop", "suspend", "resume", "kinds", "rollout"}));
-  ctl->add_option("ADDRESS", ctl_address,
-                  "The worker address (retry, stop, suspend, resume) or the KIND (rollout)");
-  ctl->add_option("--to", ctl_to,
-                  "rollout: a kept VERSION to roll back to (a prefix of 8+ digits)");
-  ctl->add_flag("--json", ctl_json, "rollout, kinds, workers: print the JSON, not a table");
-  ctl->add_option("--state-dir", flags.state_dir, "The state directory of the running corral");
+  cli::CtlOptions ctl_options;
+  auto* ctl = cli::add_ctl_command(app, ctl_options);
 
   // Hidden: the flag tables of docs/config.md, from the definitions above (scripts/gen-flag-docs).
   if (argc == 2 && std::string_view(argv[1]) == "--help-flags-markdown") {
@@ -586,7 +416,7 @@ int main(int argc, char** argv) {
   }
   CLI11_PARSE(app, argc, argv);
 
-  if (ctl->parsed()) return run_ctl(flags, ctl_what, ctl_address, ctl_to, ctl_json);
+  if (ctl->parsed()) return cli::run_ctl(ctl_options);
   if (cert_cmd->parsed()) return run_cert(flags, std::move(cert_dir));
   if (check->parsed()) return run_check(flags);
   return serve(flags);

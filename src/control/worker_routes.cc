@@ -2,7 +2,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <charconv>
+
 #include "core/escape.h"
+#include "workers/kind_log.h"
 
 namespace corral::control {
 
@@ -50,6 +54,62 @@ class WatchStream final : public http::StreamProducer {
   uint64_t id_ = 0;
 };
 
+// `corral ctl logs -f`: an address's last lines of its kind's log, then each new one as the
+// manager writes it; unsubscribes on abort, end or destruction.
+class LogFollow final : public http::StreamProducer {
+ public:
+  LogFollow(workers::Manager& manager, std::string tail, std::string address_field)
+      : manager_(manager), tail_(std::move(tail)), field_(std::move(address_field)) {}
+  ~LogFollow() override { unsubscribe(); }
+
+  void on_start(http::StreamWriter& w) override {
+    writer_ = &w;
+    if (!tail_.empty()) w.write(std::exchange(tail_, {}));
+    id_ = manager_.watch_output([this](std::string_view, std::string_view lines) {
+      if (!writer_) return;
+      std::string mine;
+      while (!lines.empty()) {
+        size_t nl = lines.find('\n');
+        size_t end = nl == std::string_view::npos ? lines.size() : nl + 1;
+        if (workers::kind_log_line_of(lines.substr(0, end), field_)) mine += lines.substr(0, end);
+        lines.remove_prefix(end);
+      }
+      if (!mine.empty()) writer_->write(mine);
+      if (writer_->buffered() > kMaxWatchBacklog) {  // a follower that does not read
+        auto* w = std::exchange(writer_, nullptr);
+        unsubscribe();
+        w->end();
+      }
+    });
+  }
+  void on_abort() override {
+    writer_ = nullptr;
+    unsubscribe();
+  }
+
+ private:
+  void unsubscribe() {
+    if (id_) manager_.unwatch_output(std::exchange(id_, 0));
+  }
+  workers::Manager& manager_;
+  std::string tail_, field_;
+  http::StreamWriter* writer_ = nullptr;
+  uint64_t id_ = 0;
+};
+
+// The value of `name` in a query string ("lines=50&follow=1"); empty when absent.
+std::string_view query_value(std::string_view query, std::string_view name) {
+  while (!query.empty()) {
+    size_t amp = query.find('&');
+    std::string_view pair = query.substr(0, amp);
+    if (pair.size() > name.size() && pair.starts_with(name) && pair[name.size()] == '=')
+      return pair.substr(name.size() + 1);
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
+  }
+  return {};
+}
+
 http::Response accepted(workers::Manager& m, const std::string& address) {
   return http::Response::json(
       {{"address", core::wire_encode(address)}, {"entry", m.entry(address)}}, 202);
@@ -88,6 +148,39 @@ void add_worker_routes(http::SiteBuilder& site, workers::Manager& manager) {
   });
   site.route("GET /workers/watch", [&manager](http::Request&) {
     return http::Response::stream(std::make_unique<WatchStream>(manager), "application/x-ndjson");
+  });
+  // The tail of an address's output in its kind's log (workers/kind_log.h): ?lines=N (default
+  // 100, at most 10000; the files are read backwards, at most 8 MiB per request), and with
+  // follow=1 every new line after it, streamed until the client goes.
+  site.route("GET /workers/{address}/log", [&manager](http::Request& req) {
+    auto decoded = address_param(req);
+    if (!decoded) return bad_address();
+    auto file = manager.log_file(*decoded);
+    if (!file)
+      return http::Response::json(
+          {{"error",
+            {{"message", "No worker kind serves this address."}, {"code", "unknown_kind"}}}},
+          404);
+    size_t lines = 100;
+    if (std::string_view n = query_value(req.query, "lines"); !n.empty()) {
+      size_t v = 0;
+      auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), v);
+      if (ec != std::errc() || end != n.data() + n.size())
+        return http::Response::json(
+            {{"error", {{"message", "lines: a number (at most 10000)"}, {"code", "bad_lines"}}}},
+            400);
+      lines = std::min<size_t>(v, 10'000);
+    }
+    std::string field = workers::kind_log_address(*decoded);
+    auto tail = workers::tail_kind_log(file->path, file->keep, field, lines);
+    if (!tail)
+      return http::Response::json(
+          {{"error", {{"message", tail.error().reason}, {"code", "log_unreadable"}}}}, 500);
+    if (query_value(req.query, "follow") == "1")
+      return http::Response::stream(
+          std::make_unique<LogFollow>(manager, std::move(tail.value()), std::move(field)),
+          "text/plain; charset=utf-8");
+    return http::Response::text(std::move(tail.value()));
   });
   site.route("POST /workers/{address}/retry", [&manager](http::Request& req) {
     auto decoded = address_param(req);

@@ -7,6 +7,9 @@
 //   POST /workers/{address}/stop      202; 404 if there is no worker nor a queued start
 //   POST /workers/{address}/suspend   202; 404 for an unknown kind
 //   POST /workers/{address}/resume    202; 404 if not suspended
+//   GET  /workers/{address}/log       text: the last ?lines=N (default 100) lines of the address
+//                                     in its kind's log; follow=1 streams each new one after
+//                                     them (`corral ctl logs [-n N] [-f]`); 404 for no kind
 // Addresses appear in their wire form (core::wire_encode: '%' and bytes that are not text as %XX),
 // in the JSON and in {address}, which is that form percent-encoded once more as a path segment;
 // an {address} that is not a wire form is 400 bad_address.

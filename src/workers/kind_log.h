@@ -13,8 +13,15 @@
 //    time after a success, so a full disk does not flood the supervisor's log.
 //
 // The file is opened on the first write, appended to (O_APPEND), and its size taken from fstat
-// then, so a restarted supervisor goes on with the file it finds. Lifetime: KindLogs, one per
+// then, so a restarted supervisor goes on with the file it finds; reopen() closes it so the next
+// write opens the path anew (a log moved away by logrotate). Lifetime: KindLogs, one per
 // Manager, owns a KindLog per kind that has written. Single-threaded (the manager's loop).
+//
+// A line of the file (append_kind_log_line) is
+//   2026-12-05T19:03:33.123Z doc:7 [4242] Traceback (most recent call last):
+// the UTC time its first byte was read, the address in its wire form with spaces as %20 (so it
+// ends at the first space), the worker's pid, then what the worker wrote, log-escaped.
+// tail_kind_log reads the last lines of one address back, for `corral ctl logs`.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +52,8 @@ class KindLog {
   core::Result<void> write(std::string_view lines);
   const std::string& path() const { return path_; }
   uint64_t size() const { return size_; }
+  // Closes the file: the next write opens the path again (and makes it if it was moved away).
+  void reopen() { fd_.reset(); }
 
  private:
   core::Result<void> open();
@@ -63,9 +72,29 @@ class KindLogs {
  public:
   // The log of `kind` in `dir`, made on first use with `rotation`.
   KindLog& of(const std::string& kind, const std::string& dir, LogRotation rotation);
+  // Every kind's log opens its path anew at its next write (SIGUSR1, after a rotation by
+  // logrotate: nothing written is lost, the old file gets what came before).
+  void reopen();
 
  private:
   std::map<std::string, std::unique_ptr<KindLog>, std::less<>> logs_;
 };
+
+// An address as the second field of a kind log line: its wire form, spaces as %20.
+std::string kind_log_address(std::string_view address);
+// Appends one line: "<time> <address field> [<pid>] <line, log-escaped>\n"; `unix_ms` is the
+// wall clock time (ms since the epoch) of the line's first byte.
+void append_kind_log_line(std::string& out, int64_t unix_ms, std::string_view address_field,
+                          int64_t pid, std::string_view line);
+// Whether a line of the file is one of `address_field`'s.
+bool kind_log_line_of(std::string_view line, std::string_view address_field);
+
+// The last `lines` lines of `address_field` in the kind log `path` and, when it has fewer, its
+// rotated files (path.1 .. path.<keep>), oldest first, each ending in '\n'. Reads the files
+// backwards and at most `max_bytes` of them: what an address wrote long ago in a busy kind's log
+// may not be found (the cost of a request stays bounded). A missing file is no error.
+core::Result<std::string> tail_kind_log(const std::string& path, uint32_t keep,
+                                        std::string_view address_field, size_t lines,
+                                        uint64_t max_bytes = 8 << 20);
 
 }  // namespace corral::workers

@@ -6,10 +6,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -103,6 +105,58 @@ TEST_F(KindLogTest, AFailureIsReportedOncePerSpell) {
   fs::create_directory(dir_ + "/missing");
   EXPECT_TRUE(log.write(line(2)).ok());
   EXPECT_EQ(slurp(dir_ + "/missing/doc.log"), line(2));
+}
+
+TEST_F(KindLogTest, AReopenedLogFollowsItsPath) {
+  KindLog log(path_, {1000, 3});
+  ASSERT_TRUE(log.write(line(0)).ok());
+  fs::rename(path_, path_ + ".moved");   // logrotate's move
+  ASSERT_TRUE(log.write(line(1)).ok());  // still the moved file until reopen()
+  log.reopen();
+  ASSERT_TRUE(log.write(line(2)).ok());
+  EXPECT_EQ(slurp(path_ + ".moved"), line(0) + line(1));
+  EXPECT_EQ(slurp(path_), line(2));
+}
+
+TEST(KindLogLine, TimeAddressPidAndTheEscapedLine) {
+  std::string out;
+  // 2026-12-05T19:03:33.045Z
+  append_kind_log_line(out, 1796497413045, kind_log_address("doc:a b"), 4242, "Trace\x1b[1m\"x\"");
+  EXPECT_EQ(out, "2026-12-05T19:03:33.045Z doc:a%20b [4242] Trace\\x1b[1m\"x\"\n");
+  EXPECT_TRUE(kind_log_line_of(out, "doc:a%20b"));
+  EXPECT_FALSE(kind_log_line_of(out, "doc:a"));
+  EXPECT_FALSE(kind_log_line_of(out, "doc:a%20"));
+  EXPECT_EQ(kind_log_address("doc:%\xff"), "doc:%25%FF");
+}
+
+TEST_F(KindLogTest, TheTailOfOneAddressSpansRotatedFiles) {
+  KindLog log(path_, {4096, 2});
+  std::string all;
+  for (int i = 0; i < 400; ++i) {
+    std::string lines;
+    append_kind_log_line(lines, 0, i % 2 ? "doc:1" : "doc:2", 7, "line " + std::to_string(i));
+    ASSERT_TRUE(log.write(lines).ok());
+  }
+  ASSERT_TRUE(fs::exists(path_ + ".1"));
+  auto tail = tail_kind_log(path_, 2, "doc:1", 100);
+  ASSERT_TRUE(tail.ok());
+  std::vector<std::string> got;
+  std::istringstream in(tail.value());
+  for (std::string l; std::getline(in, l);) got.push_back(l);
+  ASSERT_EQ(got.size(), 100u) << tail.value();
+  for (size_t k = 0; k < got.size(); ++k)  // oldest first, whole lines, only doc:1's
+    EXPECT_EQ(got[k], "1970-01-01T00:00:00.000Z doc:1 [7] line " + std::to_string(201 + 2 * k));
+  // Fewer than asked: what the files hold (the oldest were rotated away); none for a stranger.
+  auto everything = tail_kind_log(path_, 2, "doc:1", 10'000);
+  ASSERT_TRUE(everything.ok());
+  EXPECT_LT(std::count(everything->begin(), everything->end(), '\n'), 200);
+  EXPECT_GT(std::count(everything->begin(), everything->end(), '\n'), 100);
+  EXPECT_EQ(tail_kind_log(path_, 2, "doc:3", 10).value(), "");
+  // The bytes read are bounded: 1 KiB holds the last few lines only.
+  auto bounded = tail_kind_log(path_, 2, "doc:1", 100, 1024);
+  ASSERT_TRUE(bounded.ok());
+  EXPECT_LT(std::count(bounded->begin(), bounded->end(), '\n'), 20);
+  EXPECT_EQ(tail_kind_log(dir_ + "/none.log", 3, "doc:1", 10).value(), "");
 }
 
 TEST(KindLogs, OneLogPerKind) {

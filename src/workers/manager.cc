@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 
@@ -634,45 +635,39 @@ void Manager::on_output(Worker& w, bool is_err, std::string_view data, bool eof)
     if (slot.tail.size() > options_.stderr_tail_bytes)
       slot.tail.erase(0, slot.tail.size() - options_.stderr_tail_bytes);
   }
-  // "<address> <line>", both escaped (core/escape.h): neither the address nor what the worker
-  // wrote can start a line of its own. The prefix is the address's wire form with its spaces as
-  // "%20" too (so it ends at the first space, and wire_decode reads it back); the line is
-  // log-escaped without touching its quotes.
-  std::string prefix;
-  for (char c : core::wire_encode(slot.address)) {
-    if (c == ' ')
-      prefix += "%20";
-    else
-      prefix += c;
-  }
+  // "<time> <address> [<pid>] <line>" (kind_log.h), both escaped (core/escape.h): neither the
+  // address nor what the worker wrote can start a line of its own. A line's time is when its
+  // first byte was read: a partial line keeps the time it began.
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  const std::string prefix = kind_log_address(slot.address);
   std::string lines;
-  auto emit = [&](std::string_view line) {
-    lines += prefix;
-    lines += ' ';
-    core::append_log_escaped(lines, line, false);
-    lines += '\n';
+  auto emit = [&](std::string_view line, int64_t at_ms) {
+    append_kind_log_line(lines, at_ms, prefix, w.pid, line);
   };
   while (!data.empty()) {
     auto nl = data.find('\n');
     if (nl == std::string_view::npos) {
+      if (r.partial.empty()) r.partial_ms = now_ms;
       r.partial.append(data);
       if (r.partial.size() > kMaxPartialLine) {
-        emit(r.partial);
+        emit(r.partial, r.partial_ms);
         r.partial.clear();
       }
       break;
     }
     if (r.partial.empty()) {
-      emit(data.substr(0, nl));
+      emit(data.substr(0, nl), now_ms);
     } else {
       r.partial.append(data.substr(0, nl));
-      emit(r.partial);
+      emit(r.partial, r.partial_ms);
       r.partial.clear();
     }
     data.remove_prefix(nl + 1);
   }
   if (eof && !r.partial.empty()) {
-    emit(r.partial);
+    emit(r.partial, r.partial_ms);
     r.partial.clear();
   }
   if (lines.empty()) return;
@@ -680,6 +675,12 @@ void Manager::on_output(Worker& w, bool is_err, std::string_view data, bool eof)
   KindLog& file = kind_logs_.of(cfg.name, options_.state_dir + "/logs", cfg.log_rotation);
   if (auto r = file.write(lines); !r)
     log_.error("worker_log_failed", "path=\"{}\" error=\"{}\"", file.path(), r.error().reason);
+  if (output_watchers_.empty()) return;
+  std::vector<uint64_t> ids;  // a watcher may unwatch itself, or another
+  for (const auto& [id, cb] : output_watchers_) ids.push_back(id);
+  for (uint64_t id : ids)
+    if (auto it = output_watchers_.find(id); it != output_watchers_.end())
+      it->second(cfg.name, lines);
 }
 
 // A connection in the worker's accept queue: a request handed to it that it has not taken yet

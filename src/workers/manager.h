@@ -358,6 +358,21 @@ class Manager {
   uint64_t watch(ChangeCallback cb);
   void unwatch(uint64_t id);
 
+  // The log file of `address`'s kind (kind_log.h) and how many rotated files it keeps; none for
+  // an address of no kind.
+  struct LogFile {
+    std::string path;
+    uint32_t keep = 0;
+  };
+  std::optional<LogFile> log_file(std::string_view address) const;
+  // Each run of lines written to a kind's log, as written (kind_log.h), to a watcher (for
+  // `corral ctl logs -f`); the callback may unwatch itself.
+  using OutputCallback = std::function<void(std::string_view kind, std::string_view lines)>;
+  uint64_t watch_output(OutputCallback cb);
+  void unwatch_output(uint64_t id);
+  // Every kind's log opens its path anew at its next line (SIGUSR1, after logrotate moved it).
+  void reopen_logs() { kind_logs_.reopen(); }
+
  private:
   struct Kind;
   struct Rollout;
@@ -468,6 +483,7 @@ class Manager {
   bool limits_at_start_ = false;  // some kind had a limit at create(): containment is set up
   std::map<std::string, uint64_t, std::less<>> recoveries_;  // address -> last lost-link recovery
   std::map<uint64_t, ChangeCallback> watchers_;
+  std::map<uint64_t, OutputCallback> output_watchers_;
   uint64_t next_watch_ = 1;
   size_t workers_live_ = 0;
   std::vector<size_t> live_by_kind_;  // by Kind::index

@@ -112,6 +112,7 @@ struct Manager::OutputReader final : core::IoHandler {
   bool is_err = false;
   core::UniqueFd fd;
   std::string partial;
+  int64_t partial_ms = 0;  // the wall clock time of the partial line's first byte
 
   // Not after the worker's exit: an event of the same epoll round as its pidfd's may still come,
   // and its slot may be gone by then.

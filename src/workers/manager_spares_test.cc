@@ -192,7 +192,7 @@ TEST_F(SparesTest, ACrashingSpareCommandBacksOff) {
   EXPECT_NE(log.find("asked=false"), std::string::npos);
   EXPECT_NE(log.find("backoff_ms=200"), std::string::npos);
   EXPECT_NE(log.find("spare dies"), std::string::npos);  // its stderr, in the log line
-  EXPECT_NE(manager_testing::read_file(state_ + "/logs/doc.log").find("spare/doc/1 spare dies"),
+  EXPECT_NE(manager_testing::read_file(state_ + "/logs/doc.log").find("] spare dies"),
             std::string::npos);
   EXPECT_EQ(m.state(), nlohmann::json::object());  // no address is failed by it
 }

@@ -65,6 +65,7 @@ nlohmann::json Manager::entry_of(const Slot& slot) const {
   nlohmann::json e;
   if (!slot.failed.is_null()) {
     e = {{"status", "failed"}, {"error", slot.failed}, {"at", iso8601(slot.failed_at)}};
+    if (slot.kind) e["log"] = options_.state_dir + "/logs/" + slot.kind->config.name + ".log";
   } else if (const Worker* w = slot.worker.get()) {
     e = {{"status", status_of(slot)}, {"pid", w->pid}, {"startedAt", iso8601(w->started_at)}};
     if (!w->version.empty()) e["version"] = w->version;
@@ -175,6 +176,23 @@ uint64_t Manager::watch(ChangeCallback cb) {
 
 void Manager::unwatch(uint64_t id) {
   watchers_.erase(id);
+}
+
+std::optional<Manager::LogFile> Manager::log_file(std::string_view address) const {
+  const Kind* kind = kind_of(address);
+  if (!kind) return std::nullopt;
+  return LogFile{options_.state_dir + "/logs/" + kind->config.name + ".log",
+                 kind->config.log_rotation.keep};
+}
+
+uint64_t Manager::watch_output(OutputCallback cb) {
+  uint64_t id = next_watch_++;
+  output_watchers_.emplace(id, std::move(cb));
+  return id;
+}
+
+void Manager::unwatch_output(uint64_t id) {
+  output_watchers_.erase(id);
 }
 
 }  // namespace corral::workers

@@ -4,6 +4,8 @@
 // the rollout step's tests are in manager_rollout_test.cc.
 #include "workers/manager.h"
 
+#include <regex>
+
 #include "workers/manager_test_support.h"
 #include "workers/orphans.h"
 
@@ -43,11 +45,15 @@ TEST_F(ManagerTest, StartsOnFirstResolveAndServesOnItsSocket) {
   EXPECT_TRUE(gone(m, "doc:1"));
   EXPECT_TRUE(m.state().empty());
   EXPECT_NE(::access(r.socket_path.c_str(), F_OK), 0);  // the socket file is removed
-  // Output: one log per kind, the address on every line.
+  // Output: one log per kind, the time, the address and the pid on every line.
   std::string out = read_file(state_ + "/logs/doc.log");
-  EXPECT_NE(out.find("doc:1 starting doc:1\n"), std::string::npos) << out;
-  EXPECT_NE(out.find("doc:1 stderr line for doc:1\n"), std::string::npos) << out;
-  EXPECT_NE(out.find("doc:1 bye from doc:1\n"), std::string::npos) << out;
+  for (const char* text : {"starting doc:1", "stderr line for doc:1", "bye from doc:1"})
+    EXPECT_TRUE(std::regex_search(
+        out,
+        std::regex(std::string(R"((^|\n)\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z doc:1 \[\d+\] )") +
+                   text + "\n")))
+        << text << "\n"
+        << out;
   // The changes seen: starting, running, stopping, then no entry.
   std::vector<std::string> seen;
   for (auto& [a, entry] : changes_)

@@ -250,7 +250,7 @@ def ctl(state_dir, *args, timeout=None):
 
 def ctl_json(state_dir, *args, timeout=None):
     """`corral ctl ARGS --json`'s JSON output; fails (with what it printed) when it exits non-zero.
-    (`ctl workers` and `ctl kinds` print a table without --json; the others ignore it.)"""
+    (Without --json every verb prints a table or a line for a person.)"""
     r = ctl(state_dir, *args, "--json", timeout=timeout)
     assert r.returncode == 0, r.stdout + r.stderr
     return json.loads(r.stdout)

@@ -94,7 +94,8 @@ def run_clients(port, total=200, concurrency=20, **kw):
 def process_reports(srv):
     """GET /processes from the control API (`corral ctl processes`): the slots and, per live
     process, what it last reported of its HTTP/3 state (every second)."""
-    out = subprocess.run([CORRAL_BIN, "ctl", "processes", "--state-dir", srv.state_dir],
+    out = subprocess.run([CORRAL_BIN, "ctl", "processes", "--json", "--state-dir",
+                          srv.state_dir],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=ceiling(10))
     return json.loads(out.stdout)["processes"]
 

@@ -50,7 +50,7 @@ class Fanout:
 
     def ctl(self):
         """The supervisor's state as `corral ctl processes` prints it, or None if it did not answer."""
-        r = ctl(self.state_dir, "processes", timeout=5)
+        r = ctl(self.state_dir, "processes", "--json", timeout=5)
         if r.returncode != 0:
             return None
         return json.loads(r.stdout)
