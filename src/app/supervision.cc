@@ -84,6 +84,10 @@ int Supervision::run() {
     return start_services(loop, supervisor);
   };
   hooks.on_terminate = [this](std::function<void()> done) { terminate(std::move(done)); };
+  // SIGUSR1: the kinds' log files are opened again at their next line.
+  hooks.on_reopen_logs = [this] {
+    if (manager_) manager_->reopen_logs();
+  };
   hooks.on_serving = [this](uint64_t generation) {
     systemd_.notifier.ready();
     if (systemd_report_) systemd_report_->update();

@@ -422,6 +422,17 @@ void read_workers(Reader& r, const toml::node& node, const std::string& base_dir
 }
 
 // log_format, access_log (true, false or a path), access_log_format.
+// A word a careless operator writes for a boolean: as a quoted string it would name a file.
+bool is_boolean_word(std::string_view s) {
+  for (std::string_view w : {"yes", "no", "true", "false", "on", "off"}) {
+    if (s.size() == w.size() && std::equal(s.begin(), s.end(), w.begin(), [](char a, char b) {
+          return std::tolower(static_cast<unsigned char>(a)) == b;
+        }))
+      return true;
+  }
+  return false;
+}
+
 void read_logs(Reader& r, const toml::table& root, const std::string& base_dir, Config& c,
                ConfigErrors& errors) {
   std::string format;
@@ -435,6 +446,10 @@ void read_logs(Reader& r, const toml::table& root, const std::string& base_dir, 
   if (auto* v = root.get("access_log")) {
     if (v->is_boolean()) {
       c.server.access_log = *v->value<bool>();
+    } else if (v->is_string() && is_boolean_word(*v->value<std::string>())) {
+      errors.problems.push_back("access_log: \"" + *v->value<std::string>() +
+                                "\" would be a file name: write true or false without quotes, or "
+                                "a file path such as \"access.log\"");
     } else if (v->is_string() && !v->value<std::string>()->empty()) {
       std::string path = *v->value<std::string>();
       c.access_log_path = path.front() == '/' ? path : base_dir + "/" + path;

@@ -151,10 +151,10 @@ def test_flooding_worker_rotates_its_log_and_the_supervisor_stays_small(corral):
         assert os.path.getsize(f) <= LOG_MAX + longest_line, (f, os.path.getsize(f))
     for f in files[1:]:  # the rotated ones are full
         assert os.path.getsize(f) > LOG_MAX // 2, (f, os.path.getsize(f))
-    # The MiB-long line arrived cut into bounded pieces, each prefixed with the address.
+    # The MiB-long line arrived cut into bounded pieces, each prefixed with the time and the address.
     with open(files[0], "rb") as f:
         tail = f.read().splitlines()
-    assert all(l.startswith(b"flood:1 ") for l in tail), tail[:3]
+    assert all(re.match(rb"\d{4}-\d\d-\d\dT[\d:.]+Z flood:1 ", l) for l in tail), tail[:3]
     grown = peak - baseline
     print(f"supervisor RSS baseline {baseline} KiB, peak {peak} KiB")
     bound = 48 if os.environ.get("CORRAL_SANITIZED") else 16
