@@ -262,7 +262,7 @@ def test_check_reports_every_problem(tmp_path):
     text = r.stderr
     assert re.search(r"colour: unknown key", text)
     assert re.search(r"limits\.surprise: unknown key", text)
-    assert re.search(r"access_log: expected true or false", text)
+    assert re.search(r"access_log: \"yes\" would be a file name: write true or false", text)
     assert re.search(r"limits\.max_headers: 0 is out of range", text)
     assert re.search(r"timeouts\.header_ms: 0 is out of range", text)
     assert re.search(r"limits\.max_body: expected an integer", text)
