@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from corral_test_util import CORRAL_BIN, poll, read_response, recv_all
+from corral_test_util import CORRAL_BIN, ceiling, poll, read_response, recv_all
 
 # The helpers most tests took from here before corral_test_util.py held them: still importable.
 __all__ = ["CORRAL_BIN", "CORRAL_TESTSITE", "Server", "start_server", "poll", "read_response",
@@ -96,7 +96,7 @@ def start_server(args, binary=None, config=None, tmp_path=None, wait=True, env=N
     srv = Server(proc, "127.0.0.1", None, log_path)
     if not wait:
         return srv
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + ceiling(20)
     while time.monotonic() < deadline:
         m = re.search(r"listening address=([\d.]+):(\d+)", srv.log())
         if m:
