@@ -1,5 +1,6 @@
 // An embedding application: its own routes, a wrap and an authenticator, served by corral's
-// HTTP core in one process. Build: part of the project (target `example_hello`).
+// HTTP core in one process. Build: part of the project (target `example_hello`), or on its own
+// against an installed corral (CMakeLists.txt).
 #include <cstdlib>
 #include <iostream>
 

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# `systemd-analyze verify` on packaging/'s units, and systemd-sysusers on its sysusers.d file.
+# Usage: test_units.sh PACKAGING_DIR CORRAL_BINARY
+#
+# verify needs the ExecStart= program to exist: the units are checked as copies whose
+# /usr/bin/corral is CORRAL_BINARY (the built one), in a temporary directory. verify exits 0 on
+# an unknown key or a value it ignores, so any line it prints is a failure too.
+set -Eeuo pipefail
+packaging=$1
+binary=$2
+
+for tool in systemd-analyze systemd-sysusers; do
+  if ! command -v "$tool" >/dev/null; then
+    echo "FAILED: $tool is missing; install Debian's systemd package (scripts/deps.sh test)" >&2
+    exit 1
+  fi
+done
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+units=()
+for unit in corral.service corral.socket corral-https.socket; do
+  sed "s|/usr/bin/corral|$binary|g" "$packaging/$unit" >"$tmp/$unit"
+  units+=("$tmp/$unit")
+done
+
+status=0
+if ! out=$(cd "$tmp" && systemd-analyze verify --man=no "${units[@]}" 2>&1); then status=1; fi
+if [ "$status" -ne 0 ] || [ -n "$out" ]; then
+  echo "FAILED: systemd-analyze verify (exit $status):" >&2
+  echo "$out" >&2
+  exit 1
+fi
+
+# sysusers.d(5): the user the service runs as, made in an empty root (nothing written).
+mkdir "$tmp/root"
+if ! out=$(systemd-sysusers --dry-run --root="$tmp/root" "$packaging/corral.sysusers" 2>&1) ||
+   ! grep -q "Creating user 'corral'" <<<"$out"; then
+  echo "FAILED: systemd-sysusers on corral.sysusers:" >&2
+  echo "$out" >&2
+  exit 1
+fi
+echo "ok: corral.service, corral.socket, corral-https.socket, corral.sysusers"
