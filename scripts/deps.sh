@@ -5,7 +5,8 @@
 # `test` installs every program a test runs (tests/e2e, tests/quic, tests/worker, tests/node,
 # fuzz/smoke.sh, tests/packaging): curl, openssl, wrk (e2e.test_fanout), gtlsclient
 # (ngtcp2-client), chromium, pgrep (procps), python3 with pytest/requests/websockets, node + npm,
-# clang's libFuzzer runtime, systemd-analyze (systemd), dpkg-shlibdeps (dpkg-dev) and file for cpack.
+# clang's libFuzzer runtime, systemd-analyze (systemd), logrotate, dpkg-shlibdeps (dpkg-dev) and
+# file for cpack.
 # A test that needs a program not listed here fails on a fresh machine: add it here.
 set -Eeuo pipefail
 . "$(dirname "$0")/steps.sh"
@@ -17,7 +18,7 @@ build=(cmake ninja-build g++ pkg-config python3 node-llhttp nlohmann-json3-dev l
        libgnutls28-dev zlib1g-dev libngtcp2-dev libngtcp2-crypto-gnutls-dev libnghttp3-dev
        libbpf-dev clang)
 test=(libclang-rt-14-dev ngtcp2-client chromium curl openssl procps wrk jq python3 python3-pytest
-      python3-requests python3-websockets systemd dpkg-dev file)
+      python3-requests python3-websockets systemd logrotate dpkg-dev file)
 bench=(nginx-light strace ngtcp2-server)
 
 want=("${build[@]}")

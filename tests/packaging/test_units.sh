@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `systemd-analyze verify` on packaging/'s units, and systemd-sysusers on its sysusers.d file.
+# `systemd-analyze verify` on packaging/'s units, systemd-sysusers on its sysusers.d file, and
+# logrotate running its logrotate file once.
 # Usage: test_units.sh PACKAGING_DIR CORRAL_BINARY
 #
 # verify needs the ExecStart= program to exist: the units are checked as copies whose
@@ -9,9 +10,9 @@ set -Eeuo pipefail
 packaging=$1
 binary=$2
 
-for tool in systemd-analyze systemd-sysusers; do
-  if ! command -v "$tool" >/dev/null; then
-    echo "FAILED: $tool is missing; install Debian's systemd package (scripts/deps.sh test)" >&2
+for tool in systemd-analyze:systemd systemd-sysusers:systemd logrotate:logrotate; do
+  if ! command -v "${tool%:*}" >/dev/null; then
+    echo "FAILED: ${tool%:*} is missing; install Debian's ${tool#*:} package (scripts/deps.sh test)" >&2
     exit 1
   fi
 done
@@ -41,4 +42,19 @@ if ! out=$(systemd-sysusers --dry-run --root="$tmp/root" "$packaging/corral.sysu
   echo "$out" >&2
   exit 1
 fi
-echo "ok: corral.service, corral.socket, corral-https.socket, corral.sysusers"
+# logrotate(8): the file rotates a log in a directory of ours, and runs its postrotate (its
+# systemctl line replaced by a mark; the line itself is checked by name).
+grep -q "systemctl kill --kill-who=main --signal=USR1 corral.service" "$packaging/logrotate/corral" ||
+  { echo "FAILED: the logrotate file does not signal corral's main process" >&2; exit 1; }
+mkdir "$tmp/log"
+echo "a line" >"$tmp/log/access.log"
+sed -e "s|/var/log/corral|$tmp/log|" -e "s|systemctl kill .*|touch $tmp/signalled|" \
+  "$packaging/logrotate/corral" >"$tmp/logrotate.conf"
+if ! out=$(logrotate --force --state "$tmp/logrotate.state" "$tmp/logrotate.conf" 2>&1) ||
+   [ -n "$out" ] || [ ! -s "$tmp/log/access.log.1" ] || [ ! -e "$tmp/signalled" ]; then
+  echo "FAILED: logrotate on packaging/logrotate/corral:" >&2
+  echo "$out" >&2
+  ls -l "$tmp/log" >&2
+  exit 1
+fi
+echo "ok: corral.service, corral.socket, corral-https.socket, corral.sysusers, logrotate/corral"
