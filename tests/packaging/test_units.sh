@@ -7,8 +7,8 @@
 # /usr/bin/corral is CORRAL_BINARY (the built one), in a temporary directory. verify exits 0 on
 # an unknown key or a value it ignores, so any line it prints is a failure too.
 set -Eeuo pipefail
-packaging=$1
-binary=$2
+packaging=$(realpath "$1")
+binary=$(realpath "$2")
 
 for tool in systemd-analyze:systemd systemd-sysusers:systemd logrotate:logrotate; do
   if ! command -v "${tool%:*}" >/dev/null; then
