@@ -40,9 +40,10 @@ cmake --build "$tmp/hello" >"$tmp/build.log" 2>&1 ||
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 pkg-config --print-errors --exists corral || fail "pkg-config does not take corral.pc"
 object=$(find "$tmp/hello" -name 'main.cc.o' | head -n1)
-# shellcheck disable=SC2046
+# shellcheck disable=SC2046 # the flags are words
 c++ -o "$tmp/hello-pc" "$object" $(pkg-config --libs corral) ||
   fail "linking examples/hello with \`pkg-config --libs corral\`"
+# shellcheck disable=SC2046
 c++ -std=c++20 -fsyntax-only $(pkg-config --cflags corral) "$source/examples/hello/main.cc" ||
   fail "compiling examples/hello with \`pkg-config --cflags corral\`"
 
