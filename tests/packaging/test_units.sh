@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `systemd-analyze verify` on packaging/'s units, systemd-sysusers on its sysusers.d file, and
-# logrotate running its logrotate file once.
+# `systemd-analyze verify` on packaging/'s units, corral taking corral.service's ExecStart=
+# arguments, systemd-sysusers on the sysusers.d file, and logrotate running its file once.
 # Usage: test_units.sh PACKAGING_DIR CORRAL_BINARY
 #
 # verify needs the ExecStart= program to exist: the units are checked as copies whose
@@ -30,6 +30,21 @@ status=0
 if ! out=$(cd "$tmp" && systemd-analyze verify --man=no "${units[@]}" 2>&1); then status=1; fi
 if [ "$status" -ne 0 ] || [ -n "$out" ]; then
   echo "FAILED: systemd-analyze verify (exit $status):" >&2
+  echo "$out" >&2
+  exit 1
+fi
+
+# ExecStart='s command line is one corral takes: with /etc/corral/corral.toml replaced by a file
+# with a bad key, corral must get as far as reading it (exit 78), not stop at an argument.
+read -ra command <<<"$(sed -n 's/^ExecStart=//p' "$packaging/corral.service")"
+printf 'no_such_key = 1\n' >"$tmp/bad.toml"
+command=("${command[@]/#\/usr\/bin\/corral/$binary}")
+command=("${command[@]/#\/etc\/corral\/corral.toml/$tmp/bad.toml}")
+command=("${command[@]/#\/var\/lib\/corral/$tmp/state}")
+status=0
+out=$("${command[@]}" 2>&1) || status=$?
+if [ "$status" -ne 78 ] || ! grep -q "no_such_key" <<<"$out"; then
+  echo "FAILED: ExecStart= as corral runs it (${command[*]}) exited $status, not 78:" >&2
   echo "$out" >&2
   exit 1
 fi
