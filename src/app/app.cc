@@ -1,5 +1,6 @@
 #include "app/app.h"
 
+#include <cerrno>
 #include <cstdlib>
 #include <iostream>
 
@@ -72,7 +73,14 @@ int serve_single(core::Logger& log, const Options& options, SystemdContext& syst
       c.value()->report(log);
       claim = std::move(c.value());
     }
-    run.listen.push_back(options.listen);
+    // Bound here rather than by run_server, so that an address another program holds is
+    // listen_problem's to report (its own line and exit status), as under a supervisor.
+    auto fd = core::listen_tcp(options.listen, {.backlog = 4096});
+    if (!fd) return listen_problem(log, options.listen, fd.error());
+    auto bound = core::local_address(fd->get());
+    if (!bound) return listen_problem(log, options.listen, bound.error());
+    log.info("listening", "address={}", bound->to_string());
+    run.adopt_fds.push_back(fd->release());
   }
   core::Notifier& notifier = systemd.notifier;
   run.on_loop = [claim, &notifier](core::EventLoop& loop) {
@@ -115,6 +123,12 @@ int listen_problem(core::Logger& log, const core::SocketAddress& address, const 
   if (e.code == fanout::kErrorClaimed) {
     std::cerr << "corral: " << e.reason
               << ": refusing to share it (stop that corral first, or listen elsewhere)\n";
+    return kExitAddressHeld;
+  }
+  if (e.code == EADDRINUSE) {
+    std::cerr << "corral: " << e.reason
+              << ": another program listens there (`ss -ltnup` names it): stop it, or listen "
+                 "elsewhere (--listen, --tls-listen; listen, tls.listen in the config)\n";
     return kExitAddressHeld;
   }
   log.error("listen_failed", "address={} error=\"{}\"", address.to_string(), e.reason);

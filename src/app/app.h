@@ -42,7 +42,8 @@ namespace corral::app {
 inline constexpr int kExitBadConfig = 78;    // EX_CONFIG: a problem in the options
 inline constexpr int kExitUnsafeState = 77;  // EX_NOPERM: the state directory (or a file read
                                              // from it) is not the running user's alone
-inline constexpr int kExitAddressHeld = 75;  // EX_TEMPFAIL: another corral listens on the address
+inline constexpr int kExitAddressHeld = 75;  // EX_TEMPFAIL: another corral or program holds a
+                                             // listen address
 
 // `configured`, else $XDG_STATE_HOME/corral, else ./.corral; created 0700. It must be the running
 // user's and not writable by group or others (core/owned_path.h): Error::code is then

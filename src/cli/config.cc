@@ -6,11 +6,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <set>
+#include <string_view>
+#include <vector>
 
 #include "control/admin.h"
 #include "workers/containment.h"
@@ -19,16 +23,62 @@ namespace corral::cli {
 
 namespace {
 
+char lower(char c) {
+  return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+}
+
+// Levenshtein distance, ignoring case (keys are short: the table is one row).
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      size_t change = diagonal + (lower(a[i - 1]) == lower(b[j - 1]) ? 0 : 1);
+      row[j] = std::min({change, above + 1, row[j - 1] + 1});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The known key `key` is most likely a typo of, or "": one that differs only in case, one that
+// starts with the other (3 characters at least, "max_work" for "max_workers"), or one at most 2
+// edits away (and fewer edits than `key` has characters: "ab" is no typo of "pin").
+std::string closest_key(std::string_view key, const std::set<std::string>& known) {
+  std::string best;
+  size_t best_distance = SIZE_MAX;
+  for (const auto& k : known) {
+    size_t d = edit_distance(key, k);
+    std::string_view shorter = key.size() < k.size() ? key : std::string_view(k);
+    std::string_view longer = key.size() < k.size() ? std::string_view(k) : key;
+    bool prefix =
+        shorter.size() >= 3 && edit_distance(shorter, longer.substr(0, shorter.size())) == 0;
+    bool close = d == 0 || prefix || (d <= 2 && d < key.size());
+    if (close && d < best_distance) {
+      best = k;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
 class Reader {
  public:
   Reader(const toml::table& root, ConfigErrors& errors) : root_(root), errors_(errors) {}
 
+  // Each key of `table` not in `known` is a problem, with the known key it is probably a typo of.
   void check_unknown(const toml::table& table, const std::string& prefix,
                      const std::set<std::string>& known) {
     for (const auto& [k, v] : table) {
       std::string key(k.str());
-      if (!known.count(key))
-        errors_.problems.push_back(fmt::format("{}{}: unknown key", prefix, key));
+      if (known.count(key)) continue;
+      std::string near = closest_key(key, known);
+      errors_.problems.push_back(
+          near.empty() ? fmt::format("{}{}: unknown key", prefix, key)
+                       : fmt::format("{}{}: unknown key; did you mean \"{}\"?", prefix, key, near));
     }
   }
 
@@ -191,10 +241,14 @@ void check_worker_command_and_routes(const WorkerKind& k, const std::string& pre
     errors.problems.push_back(prefix + "command: " + *why);
   if (k.routes.empty())
     errors.problems.push_back(prefix + "routes: required (e.g. [\"/" + k.name + "/{id}/*\"])");
-  for (const auto& route : k.routes)
-    if (route.empty() || route[0] != '/' || route.find('{') == std::string::npos)
+  for (const auto& route : k.routes) {
+    if (route.empty() || route[0] != '/')
+      errors.problems.push_back(prefix + "routes: '" + route + "' must start with / (\"/" + route +
+                                "\")");
+    else if (route.find('{') == std::string::npos)
       errors.problems.push_back(prefix + "routes: '" + route +
                                 "' must be a path with at least one {param} (the address key)");
+  }
 }
 
 // [workers.<name>] env: a table of strings.

@@ -5,6 +5,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 
 import pytest
@@ -267,6 +268,36 @@ def test_check_reports_every_problem(tmp_path):
     assert re.search(r"timeouts\.header_ms: 0 is out of range", text)
     assert re.search(r"limits\.max_body: expected an integer", text)
     assert str(bad) in text
+
+
+def test_check_says_what_a_route_or_a_key_lacks(tmp_path):
+    """A route without its leading "/" is told so (not that it lacks a {param}); an unknown key
+    close to a known one at its level gets "did you mean"; one close to none gets nothing more."""
+    cfg = tmp_path / "typos.toml"
+    cfg.write_text(f"""\
+listn = "127.0.0.1:8080"
+Log_Level = "warn"
+colour = "blue"
+
+[limits]
+max_bdy = 1
+
+[workers.doc]
+command = ["{sys.executable}"]
+routes = ["doc/{{id}}/*", "/plain/*"]
+idel = "30s"
+""")
+    r = corral("check", "--config", str(cfg))
+    assert r.returncode == EX_CONFIG, (r.stdout, r.stderr)
+    err = r.stderr
+    assert "workers.doc.routes: 'doc/{id}/*' must start with / (\"/doc/{id}/*\")" in err, err
+    assert "'doc/{id}/*' must be a path with at least one {param}" not in err, err
+    assert "'/plain/*' must be a path with at least one {param}" in err, err
+    assert 'listn: unknown key; did you mean "listen"?' in err, err
+    assert 'Log_Level: unknown key; did you mean "log_level"?' in err, err
+    assert 'limits.max_bdy: unknown key; did you mean "max_body"?' in err, err
+    assert 'workers.doc.idel: unknown key; did you mean "idle"?' in err, err
+    assert re.search(r"colour: unknown key$", err, re.M), err
 
 
 def test_check_syntax_error_names_line(tmp_path):

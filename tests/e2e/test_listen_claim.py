@@ -11,11 +11,15 @@ Any local user can bind an abstract name: a process of another uid holding the c
 (listening, merely bound, or with its backlog full) used to stop corral from starting, exit 75
 naming that process (issue 21). It is logged and passed over now: the claim takes a name of the
 running user's own, so two corrals of that user still refuse each other.
+
+A port some other program listens on (no claim: the bind fails) used to exit 1 with a log line;
+it exits 75 as well, with a line naming the address and what to do (issue 22).
 """
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -246,3 +250,32 @@ def test_a_claim_held_by_another_user_does_not_stop_corral(dirs):
         if srv:
             srv.stop()
         release(other)
+
+
+def test_an_address_another_program_listens_on_exits_75(dirs):
+    """Not a corral: a plain listening socket (no claim, no SO_REUSEPORT) holds the port. Every
+    mode exits 75 (EX_TEMPFAIL, as docs/config.md lists) with one line naming the address and what
+    to do, and leaves nothing behind."""
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    addr = f"127.0.0.1:{holder.getsockname()[1]}"
+    try:
+        here = dirs()
+        www = os.path.join(here, "www")
+        os.mkdir(www)
+        # one process serving a directory; a supervisor; the default (the notes demo's kind)
+        for mode in ([www], ["--processes", "2"], []):
+            code, err = second("--listen", addr, *mode, cwd=here)
+            assert code == EX_TEMPFAIL, (mode, code, err)
+            assert f"bind {addr}: Address already in use: another program listens there" in err, \
+                (mode, err)
+            assert "listen elsewhere (--listen" in err, (mode, err)
+        # The TLS address too.
+        code, err = second("--listen", "127.0.0.1:0", "--tls-listen", addr, "--processes", "2",
+                           cwd=here)
+        assert code == EX_TEMPFAIL, (code, err)
+        assert f"bind {addr}: Address already in use" in err, err
+        assert not os.path.exists(os.path.join(here, ".corral", "control.sock"))
+    finally:
+        holder.close()
