@@ -13,20 +13,22 @@
 //   POST /text  replaces the text with the request body; answers the new revision (and every
 //               open socket gets the new text)
 //   GET  /rev   the revision (0 for a note never written)
+//   GET  /favicon.svg  the page's icon
 //
 // The file is <state dir>/notes/<address percent-encoded>.sqlite ("note%3Aa.sqlite": a key can
-// hold any byte, "/" and ".." included), the directory created 0700. A save is acknowledged
-// only once it is durable: one SQLite transaction writes the text and its revision together and
-// commits before the answer. The database is in WAL mode with synchronous=FULL: each commit
-// fsyncs the WAL, so an acknowledged save survives a kill -9 of the worker and a power cut alike
-// (NORMAL would survive only the first). The revision is read from the file in the same
-// transaction, so it never goes backwards; a worker that starts reads both back. The memory holds
-// a copy of what is committed, for reads. Only one worker runs per address (the address's lock).
+// hold any byte, "/" and ".." included; the page names it by its absolute path), the directory
+// created 0700. A save is acknowledged only once it is durable: one SQLite transaction writes the
+// text and its revision together and commits before the answer. The database is in WAL mode with
+// synchronous=FULL: each commit fsyncs the WAL, so an acknowledged save survives a kill -9 of the
+// worker and a power cut alike (NORMAL would survive only the first). The revision is read from the
+// file in the same transaction, so it never goes backwards; a worker that starts reads both back.
+// The memory holds a copy of what is committed, for reads. Only one worker runs per address (the
+// address's lock).
 //
 // Live editing (GET /ws). The worker holds the note and every browser tab on it is a socket on
 // this one process, so an edit is ordered, committed and passed on in one place. Messages:
 //
-//   server -> a new socket     {"text", "rev", "you": <this socket's id>}
+//   server -> a new socket     {"text", "rev", "you": <this socket's id>, "pid": <the worker's>}
 //   client -> server           {"text": <the whole new text>, "base": <the rev it edited>}
 //   server -> the sender       {"ack": rev}   once the edit is committed (fsynced), never before
 //   server -> every other one  {"text", "rev", "from": <the sender's id; 0: POST /text>}
@@ -45,6 +47,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -277,18 +280,30 @@ struct Note {
 
 constexpr std::string_view kPage = R"(<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
-<style nonce="{nonce}">body{{font:16px/1.5 system-ui,sans-serif;max-width:42rem;margin:3rem auto;padding:0 1rem}}textarea{{width:100%;min-height:14rem;font:inherit}}#status{{color:#666}}code{{background:#eee;padding:0 .2em}}</style>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="favicon.svg" type="image/svg+xml">
+<style nonce="{nonce}">body{{font:16px/1.5 system-ui,sans-serif;max-width:42rem;margin:3rem auto;padding:0 1rem}}textarea{{width:100%;min-height:14rem;font:inherit}}#status,footer{{color:#666}}footer{{font-size:.9em}}code{{background:#eee;padding:0 .2em;overflow-wrap:anywhere}}</style>
 </head><body>
 <h1>{title}</h1>
-<p>A note served by its own worker process (address <code>{address}</code>, pid {pid}). Every tab
-open on it is a WebSocket to that process: what you type is sent as you type, committed to
-<code>{file}</code> (SQLite, WAL, synchronous=FULL) before it is acknowledged, and shown at once in
-the other tabs. Open this page twice to see it.</p>
+<p>A note served by its own worker process (address <code>{address}</code>, pid
+<span id="pid">{pid}</span>). Every tab open on it is a WebSocket to that process: what you type is
+sent as you type, committed to <code id="file">{file}</code> (SQLite, WAL, synchronous=FULL) before
+it is acknowledged, and shown at once in the other tabs. Open this page twice to see it.</p>
 <textarea id="text" spellcheck="false" data-rev="{rev}">{text}</textarea>
 <p id="status">revision {rev}</p>
+<footer><p>corral {version}: the notes demo (<code>examples/notes/main.cc</code>). The documentation
+is in corral's source tree: <code>README.md</code>, <code>docs/worker-protocol.md</code> (what a
+worker speaks) and the rest of <code>docs/</code>.</p></footer>
 <script nonce="{nonce}">{script}</script>
 </body></html>
 )";
+
+// The page's icon (a fence, as corral's welcome page has), at favicon.svg beside the page.
+constexpr std::string_view kFavicon =
+    R"(<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32">)"
+    R"(<rect width="32" height="32" rx="6" fill="#2a5d8f"/>)"
+    R"(<path d="M6 11h20M6 21h20M9 6v20M16 6v20M23 6v20" stroke="#fff" stroke-width="2.5")"
+    R"( stroke-linecap="round"/></svg>)";
 
 // The page's script (not a format string: braces as they are). `base`/`baseText` are the last
 // committed state this tab knows; `sent` the text of the edit in flight (one at a time). An edit
@@ -297,6 +312,7 @@ the other tabs. Open this page twice to see it.</p>
 // kept and this tab's inserted text put after it) and sent again on the new revision.
 constexpr std::string_view kScript = R"JS(
 const area = document.getElementById('text'), status = document.getElementById('status');
+const pid = document.getElementById('pid');
 let base = Number(area.dataset.rev), baseText = area.value, sent = null;
 let ws = null, timer = 0, retryMs = 250, wasSaved = false;
 const say = (s) => { status.textContent = s; };
@@ -362,6 +378,8 @@ function connect() {
   ws.onopen = () => { retryMs = 250; };
   ws.onmessage = (ev) => {
     const m = JSON.parse(ev.data);
+    // A greeting names the socket's worker: a new one after a reconnect.
+    if ('pid' in m) pid.textContent = m.pid;
     if ('ack' in m) {  // committed: durable in the worker's file
       base = m.ack; baseText = sent; sent = null;
       if (area.value === baseText) say('saved, revision ' + base); else flush();
@@ -410,7 +428,12 @@ int main() {
         if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
           throw std::runtime_error("cannot create " + dir + ": " + std::strerror(errno));
         std::string file_name = file_name_for(ctx.address()) + ".sqlite";
-        n.file = std::make_unique<NoteFile>(dir + "/" + file_name);
+        // The page names the file by its absolute path (the state directory may be relative to
+        // corral's working directory: ".corral" by default).
+        char real[PATH_MAX];
+        std::string path =
+            (::realpath(dir.c_str(), real) ? std::string(real) : dir) + "/" + file_name;
+        n.file = std::make_unique<NoteFile>(path);
         n.file->load(n.text, n.rev);
 
         // Every save is committed already: the closer only closes the handle (which folds the
@@ -418,13 +441,18 @@ int main() {
         ctx.on_close([&n] { n.file->close(); });
 
         std::string key(ctx.address().substr(ctx.address().find(':') + 1));
-        site.route("GET /", [&n, &ctx, key, file_name](http::Request& req) {
+        site.route("GET /", [&n, &ctx, key, path](http::Request& req) {
           return http::Response::html(fmt::format(
               kPage, fmt::arg("title", html_escape("note " + key)),
               fmt::arg("address", html_escape(ctx.address())), fmt::arg("pid", ::getpid()),
-              fmt::arg("file", html_escape("notes/" + file_name)),
-              fmt::arg("text", html_escape(n.text)), fmt::arg("rev", n.rev),
+              fmt::arg("file", html_escape(path)), fmt::arg("text", html_escape(n.text)),
+              fmt::arg("rev", n.rev), fmt::arg("version", CORRAL_VERSION),
               fmt::arg("nonce", req.csp_nonce()), fmt::arg("script", kScript)));
+        });
+        site.route("GET /favicon.svg", [](http::Request&) {
+          auto r = http::Response::bytes(std::string(kFavicon), "image/svg+xml");
+          r.header("Cache-Control", "max-age=86400");
+          return r;
         });
         site.route("GET /text", [&n](http::Request&) { return http::Response::text(n.text); });
         site.route("GET /rev", [&n](http::Request&) {
@@ -455,7 +483,8 @@ int main() {
             n.on_message(s, data, binary, ctx.log());
           };
           s.on_close = [&n](ws::Socket& s, uint16_t, std::string_view) { n.tabs.erase(&s); };
-          s.send_text(to_message({{"text", n.text}, {"rev", n.rev}, {"you", id}}));
+          s.send_text(
+              to_message({{"text", n.text}, {"rev", n.rev}, {"you", id}, {"pid", ::getpid()}}));
         };
         ws::add_socket_route(site, "/ws", std::move(live));
       },

@@ -214,7 +214,7 @@ cli::ConfigErrors prepare(const Flags& flags, core::Logger& log, Prepared& out,
   o.kinds = cli::kind_configs(config.workers);
   auto site = app::build_site(o, log, [&](http::SiteBuilder& builder) {
     if (config.root.empty()) {
-      cli::add_welcome_routes(builder, cli::demo_welcome_item(demo));
+      cli::add_welcome_routes(builder, cli::demo_welcome_item(demo), kVersion);
       cli::add_welcome_sockets(builder);
     } else {
       cli::add_static_routes(builder, config.root, config.serve_dotfiles);

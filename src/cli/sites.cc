@@ -14,7 +14,9 @@ namespace {
 
 constexpr std::string_view kWelcome = R"(<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>corral</title>
-<style nonce="{nonce}">body{{font:16px/1.5 system-ui,sans-serif;max-width:42rem;margin:3rem auto;padding:0 1rem}}code{{background:#eee;padding:0 .2em}}</style>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="/favicon.ico" type="image/svg+xml">
+<style nonce="{nonce}">body{{font:16px/1.5 system-ui,sans-serif;max-width:42rem;margin:3rem auto;padding:0 1rem}}code{{background:#eee;padding:0 .2em}}footer{{color:#666;font-size:.9em}}</style>
 </head><body>
 <h1>corral is running</h1>
 <p>This is the embedded default site. Serve a directory with <code>corral serve DIR</code>,
@@ -29,8 +31,18 @@ or write your own routes with the C++ API (see <code>examples/</code>).</p>
 {demo}</ul>
 <p id="js">JavaScript with this response's CSP nonce did not run.</p>
 <script nonce="{nonce}">document.getElementById('js').textContent='An inline script ran under this response\'s CSP nonce.';</script>
+<footer><p>corral {version}. The documentation is in corral's source tree: <code>README.md</code>
+(a tour), <code>docs/config.md</code> (the configuration), <code>docs/operate.md</code> (running it:
+<code>corral ctl</code>, the admin listener, logs) and the rest of <code>docs/</code>.</p></footer>
 </body></html>
 )";
+
+// The site's icon (a fence), at /favicon.ico where browsers ask for one, as SVG.
+constexpr std::string_view kFavicon =
+    R"(<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32">)"
+    R"(<rect width="32" height="32" rx="6" fill="#2a5d8f"/>)"
+    R"(<path d="M6 11h20M6 21h20M9 6v20M16 6v20M23 6v20" stroke="#fff" stroke-width="2.5")"
+    R"( stroke-linecap="round"/></svg>)";
 
 // Writes "tick N" every 100 ms, ten times; stops when the client goes away.
 class TickStream final : public http::StreamProducer {
@@ -76,10 +88,17 @@ void add_process_header(http::SiteBuilder& site) {
   site.wrap("/*", std::move(w));
 }
 
-void add_welcome_routes(http::SiteBuilder& site, std::string demo_item) {
-  site.route("GET /", [demo_item = std::move(demo_item)](http::Request& req) {
-    return http::Response::html(
-        fmt::format(kWelcome, fmt::arg("nonce", req.csp_nonce()), fmt::arg("demo", demo_item)));
+void add_welcome_routes(http::SiteBuilder& site, std::string demo_item, std::string version) {
+  site.route("GET /",
+             [demo_item = std::move(demo_item), version = std::move(version)](http::Request& req) {
+               return http::Response::html(fmt::format(kWelcome, fmt::arg("nonce", req.csp_nonce()),
+                                                       fmt::arg("demo", demo_item),
+                                                       fmt::arg("version", version)));
+             });
+  site.route("GET /favicon.ico", [](http::Request&) {
+    auto r = http::Response::bytes(std::string(kFavicon), "image/svg+xml");
+    r.header("Cache-Control", "max-age=86400");
+    return r;
   });
   site.route("GET /hello", [](http::Request&) { return http::Response::text("hello"); });
   site.route("GET /json", [](http::Request& req) {

@@ -8,9 +8,11 @@
 
 namespace corral::cli {
 
-// `demo_item`: the page's list item for the notes demo (src/cli/demo.h demo_welcome_item: its
-// link, or why it is unavailable), HTML; empty for none.
-void add_welcome_routes(http::SiteBuilder& site, std::string demo_item = {});
+// GET / (the welcome page), /favicon.ico and the example routes it lists. `demo_item`: the page's
+// list item for the notes demo (src/cli/demo.h demo_welcome_item: its link, or why it is
+// unavailable), HTML; empty for none. `version`: corral's, said at the foot of the page.
+void add_welcome_routes(http::SiteBuilder& site, std::string demo_item = {},
+                        std::string version = {});
 // The welcome site's WebSocket echo at /ws/echo.
 void add_welcome_sockets(http::SiteBuilder& site);
 // GET /* serves files beneath `root`; dotfiles are 404 unless `serve_dotfiles`.

@@ -28,7 +28,7 @@ import urllib.parse
 import pytest
 
 from conftest import CORRAL_BIN
-from corral_test_util import ctl, ctl_json, poll, wait_control_socket
+from corral_test_util import ceiling, ctl, ctl_json, poll, wait_control_socket
 
 NOTES_WORKER = os.environ.get(
     "CORRAL_NOTES_WORKER",
@@ -194,6 +194,31 @@ def test_stop_keeps_the_note_and_text_is_escaped(notes):
     assert n.save("x%20y", "spaced") == 1
     n.stop()
     assert os.path.exists(os.path.join(n.state_dir, "notes", "note%3Ax%20y.sqlite"))
+
+
+def test_page_names_its_file_worker_and_version(notes):
+    """The page says where the note really is (the absolute path of the file the worker opened,
+    not one relative to a directory the reader has to guess) and which process serves it; it has
+    a viewport, an icon that is there, and the version."""
+    n = notes
+    status, _, body = n.request("GET", "/note/p/")
+    assert status == 200, body
+    page = body.decode()
+    m = re.search(r'<code id="file">([^<]+)</code>', page)
+    assert m, page
+    assert os.path.isabs(m.group(1)) and os.path.exists(m.group(1)), m.group(1)
+    assert m.group(1) == os.path.realpath(n.path("p"))
+    m = re.search(r'<span id="pid">(\d+)</span>', page)
+    assert m and int(m.group(1)) == n.workers()["note:p"]["pid"], page
+    assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in page
+    assert '<link rel="icon" href="favicon.svg" type="image/svg+xml">' in page
+    version = subprocess.run([CORRAL_BIN, "--version"], capture_output=True, text=True,
+                             timeout=ceiling(10)).stdout.split()[-1]
+    assert f"corral {version}:" in page and "<code>docs/worker-protocol.md</code>" in page, page
+    status, headers, body = n.request("GET", "/note/p/favicon.svg")
+    assert status == 200 and headers["content-type"] == "image/svg+xml", (status, headers)
+    assert body.startswith(b"<svg ")
+    n.stop()
 
 
 def test_welcome_page_links_the_demo(notes):

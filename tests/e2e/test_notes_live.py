@@ -187,3 +187,24 @@ def test_an_acknowledged_edit_survives_kill_9(notes):
 
     run(reconnect())
     n.stop(failures=1)
+
+
+def test_the_greeting_names_the_worker_after_a_reconnect(notes):
+    """A socket's greeting carries its worker's pid (the page shows it): after the worker stops
+    and the page reconnects, the greeting names the new worker, not the one the page was served
+    by."""
+    n = notes
+
+    async def greeting(key):
+        async with connect(n, key) as ws:
+            return await recv(ws)
+
+    first = asyncio.run(asyncio.wait_for(greeting("r"), 60))
+    pid = n.workers()["note:r"]["pid"]
+    assert first["pid"] == pid, first
+    assert n.ctl("stop", "note:r").returncode == 0
+    poll(lambda: "note:r" not in n.workers(), 10, "the worker's stop", interval=0.05)
+    again = asyncio.run(asyncio.wait_for(greeting("r"), 60))
+    new_pid = n.workers()["note:r"]["pid"]
+    assert new_pid != pid and again["pid"] == new_pid, (again, pid, new_pid)
+    n.stop()

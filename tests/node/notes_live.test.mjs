@@ -4,7 +4,8 @@
 // one tab types appears in the other; "saved" shows only once the worker acknowledged the edit
 // (committed to the note's file: GET /text has it); both tabs typing at once in two places end on
 // the same text with both edits; after `corral ctl stop` of the note's worker both tabs reconnect
-// (a new worker) and go on; no CSP violation or script error on the page.
+// (a new worker, whose pid the page then shows) and go on; no CSP violation, script error or
+// failed request (the icon included) on the page.
 //
 // Skipped when chromium, CORRAL_BIN or corral-notes-worker beside it is missing, or Node is older
 // than the one playwright-core's `engines` names (1.61.1: Node 18, so Debian 12's own 18.20 runs
@@ -114,9 +115,11 @@ async function openTab(context, key, problems) {
   const page = await context.newPage();
   page.on('pageerror', (e) => problems.push(`pageerror: ${e.message}`));
   page.on('console', (m) => {
-    // (the browser's own request for /favicon.ico answers 404: not the page's)
-    if (m.type() === 'error' && !/\/favicon\.ico$/.test(m.location().url))
-      problems.push(`console: ${m.text()} at ${m.location().url}`);
+    if (m.type() === 'error') problems.push(`console: ${m.text()} at ${m.location().url}`);
+  });
+  // The page's icon is there (a 404 here was every tab's console error).
+  page.on('response', (r) => {
+    if (r.status() >= 400) problems.push(`${r.status()} for ${r.url()}`);
   });
   await page.goto(`${base()}/note/${key}/`, { timeout: WAIT });
   await page.waitForFunction(
@@ -126,6 +129,17 @@ async function openTab(context, key, problems) {
 }
 
 const value = (page) => page.evaluate(() => document.getElementById('text').value);
+const pidShown = (page) => page.evaluate(() => document.getElementById('pid').textContent);
+
+// The pid of the worker serving `address` (`corral ctl workers --json`).
+function workerPid(address) {
+  const r = spawnSync(corral, ['ctl', 'workers', '--json', '--state-dir', srv.stateDir],
+                      { encoding: 'utf8', timeout: WAIT });
+  assert.equal(r.status, 0, r.error ? String(r.error) : r.stdout + r.stderr);
+  const pid = JSON.parse(r.stdout)[address]?.pid;
+  assert.ok(pid, `no worker for ${address}: ${r.stdout}`);
+  return pid;
+}
 const status = (page) => page.evaluate(() => document.getElementById('status').textContent);
 
 function until(page, fn, arg, what) {
@@ -182,7 +196,10 @@ test('two tabs on one note see each other\'s edits', { skip: skip || false }, as
     assert.equal(await noteText('tabs'), want);
 
     // The note's worker stops (as an idle stop would): both tabs lose their socket, reconnect to a
-    // new worker (the upgrade request starts it) and go on.
+    // new worker (the upgrade request starts it) and go on; each names the new worker's pid.
+    const oldPid = workerPid('note:tabs');
+    assert.equal(await pidShown(one), String(oldPid));
+    assert.equal(await pidShown(two), String(oldPid));
     const stop = spawnSync(corral, ['ctl', 'stop', 'note:tabs', '--state-dir', srv.stateDir],
                            { encoding: 'utf8', timeout: WAIT });
     assert.equal(stop.status, 0, stop.error ? String(stop.error) : stop.stdout + stop.stderr);
@@ -190,6 +207,11 @@ test('two tabs on one note see each other\'s edits', { skip: skip || false }, as
     await until(one, hasValue, want + ' again', 'tab one shows tab two\'s edit after the stop');
     await until(two, saved, null, 'tab two says saved after the stop');
     assert.equal(await noteText('tabs'), want + ' again');
+    const newPid = workerPid('note:tabs');
+    assert.notEqual(newPid, oldPid);
+    for (const tab of [one, two])
+      await until(tab, (pid) => document.getElementById('pid').textContent === pid,
+                  String(newPid), 'the tab names the new worker');
 
     assert.deepEqual(problems, []);
   } finally {
