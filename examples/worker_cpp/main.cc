@@ -4,6 +4,7 @@
 //   GET  /          the count
 //   POST /inc       adds one, returns the new count
 //   GET  /query     the request's query string (a request-specific answer)
+//   GET  /trace     the request's traceparent (Request::traceparent(), the proxy's)
 //   GET  /start     the start data the manager sent
 //   GET  /busy?ms=N holds the worker busy (not idle) for N ms, as background work would
 //   GET  /slow?ms=N answers after N ms (a request in flight: not idle meanwhile)
@@ -296,6 +297,9 @@ int main() {
         });
         site.route("GET /query", [](http::Request& req) {
           return http::Response::text(std::string(req.query) + "\n");
+        });
+        site.route("GET /trace", [](http::Request& req) {
+          return http::Response::text(std::string(req.traceparent()) + "\n");
         });
         site.route("GET /start", [&ctx](http::Request&) {
           return http::Response::json({{"address", core::wire_encode(ctx.address())},

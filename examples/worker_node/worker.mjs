@@ -11,6 +11,7 @@
 //   GET  /crash      aborts (a crash: the address becomes failed)
 //   GET  /fatal      reports a fatal error whose text holds a secret; only the redacted form crosses
 //   GET  /headers    the request's header lines as received, a JSON list of [name, value]
+//   GET  /trace      the request's traceparent (req.traceparent, set by the library)
 //   GET  /code       {version, hello, pid}: the code version running, hello.txt of its directory
 //   POST /count      reads the request body as it streams and answers {"bytes": its length};
 //                    nothing of it is kept
@@ -135,6 +136,7 @@ function setup(runtime) {
       for (let i = 0; i < req.rawHeaders.length; i += 2) pairs.push([req.rawHeaders[i], req.rawHeaders[i + 1]]);
       json(res, pairs);
     },
+    "GET /trace": (req, res) => reply(res, 200, `${req.traceparent}\n`),
     "GET /code": (req, res) => json(res, { version: code.version, hello: code.hello, pid: process.pid }),
   };
 

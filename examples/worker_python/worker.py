@@ -15,6 +15,7 @@ The same counter as examples/worker_cpp/main.cc, one per address:
     GET  /crash      aborts (a crash: the address becomes failed)
     GET  /fatal      reports a fatal error whose text holds a secret; only the redacted form crosses
     GET  /headers    the request's header lines as received, a JSON list of [name, value]
+    GET  /trace      the request's traceparent (Handler.traceparent)
     POST /count      reads the request body as it streams and answers {"bytes": its length}
     GET  /count/aborted  how many /count bodies this worker saw cut short (the client left)
     GET  /code       {"version": the code version running (null without code), "hello": hello.txt
@@ -673,6 +674,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def address_string(self):
         return "proxy"  # a Unix socket peer has no address; the proxy sends Corral-Remote-Address
 
+    @property
+    def traceparent(self):
+        """This request's W3C traceparent as the proxy sent it (the client's when valid, else one
+        corral made; the access log carries the same value), beside `command`, `path` and
+        `headers`. None when the request had none (a worker reached without corral in front)."""
+        headers = getattr(self, "headers", None)  # unset when the request line was bad
+        return headers.get("traceparent") if headers is not None else None
+
     def log_message(self, format, *args):  # noqa: A002 - the base class's signature
         pass  # the proxy in front logs requests
 
@@ -809,6 +818,9 @@ def setup(runtime):
     def headers(h, _q):
         h.reply(200, json.dumps([[k, v] for k, v in h.headers.items()]), "application/json")
 
+    def trace(h, _q):
+        h.reply(200, f"{h.traceparent}\n")
+
     # (version, hello) of the set running: one tuple, replaced whole by the reload hook, so that an
     # answer read on a request thread never mixes two sets.
     code = [(runtime.code_version, read_code_file(runtime.code_dir, "hello.txt"))]
@@ -852,6 +864,7 @@ def setup(runtime):
         ("POST", "/count"): count_upload,
         ("GET", "/count/aborted"): count_aborted,
         ("GET", "/headers"): headers,
+        ("GET", "/trace"): trace,
         ("POST", "/inc"): inc,
         ("GET", "/start"): start,
         ("GET", "/busy"): busy,

@@ -570,6 +570,10 @@ export class WorkerRuntime {
       // the proxy knows the answer is this request's (docs/worker-protocol.md, "Pipelining").
       const seq = req.headers["corral-seq"];
       if (seq !== undefined) res.setHeader("Corral-Seq", seq);
+      // This request's W3C traceparent as the proxy sent it (the client's when valid, else one
+      // corral made; the access log carries the same value), beside req.method, req.url and
+      // req.headers; undefined when the request had none.
+      req.traceparent = req.headers.traceparent;
       const socket = req.socket;
       const finish = this._track(socket);
       res.once("finish", finish);

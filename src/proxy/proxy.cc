@@ -240,8 +240,13 @@ void dispatch(std::unique_ptr<ProxiedExchange> ex);
 // and holds the exchange while a retry waits for the next loop round.
 class Call final : public http::DeferredProducer {
  public:
-  Call(std::unique_ptr<ProxiedExchange> ex, UpstreamFinder find, bool idempotent)
-      : ex_(ex.get()), waiting_(std::move(ex)), find_(std::move(find)), idempotent_(idempotent) {
+  Call(std::unique_ptr<ProxiedExchange> ex, UpstreamFinder find, bool idempotent,
+       http::Request::Upstream* upstream = nullptr)
+      : ex_(ex.get()),
+        waiting_(std::move(ex)),
+        find_(std::move(find)),
+        upstream_(upstream),
+        idempotent_(idempotent) {
     ex_->call_ = this;
   }
   ~Call() override {
@@ -270,7 +275,7 @@ class Call final : public http::DeferredProducer {
   void hold(std::unique_ptr<ProxiedExchange> ex) { waiting_ = std::move(ex); }
   std::unique_ptr<ProxiedExchange> take_waiting() { return std::move(waiting_); }
   // The finder's answer (UpstreamAnswer).
-  void found(std::string path, std::optional<Response> instead);
+  void found(std::string path, std::optional<Response> instead, UpstreamProcess process);
 
   http::Responder* responder = nullptr;  // until the response starts
 
@@ -284,6 +289,7 @@ class Call final : public http::DeferredProducer {
   ProxiedExchange* ex_;                       // wherever it is; null once it is gone
   std::unique_ptr<ProxiedExchange> waiting_;  // while the call holds it
   UpstreamFinder find_;
+  http::Request::Upstream* upstream_;  // the route's request's (proxy_found); valid while responder
   std::shared_ptr<Pending> pending_;
   bool idempotent_;
   bool retried_ = false;
@@ -333,8 +339,10 @@ void dispatch(std::unique_ptr<ProxiedExchange> ex) {
 
 }  // namespace
 
-void UpstreamAnswer::operator()(std::string path, std::optional<Response> instead) const {
-  if (waiting_ && waiting_->call) waiting_->call->found(std::move(path), std::move(instead));
+void UpstreamAnswer::operator()(std::string path, std::optional<Response> instead,
+                                UpstreamProcess process) const {
+  if (waiting_ && waiting_->call)
+    waiting_->call->found(std::move(path), std::move(instead), process);
 }
 
 namespace {
@@ -348,8 +356,14 @@ void Call::attempt() {
   find_(waiting_->label(), UpstreamAnswer(pending()), retried_);
 }
 
-void Call::found(std::string path, std::optional<Response> instead) {
+void Call::found(std::string path, std::optional<Response> instead, UpstreamProcess process) {
   if (!responder || !waiting_) return;
+  if (upstream_ && !instead) {
+    // Found again after a failure: the process that answers is the last one found; the request
+    // stays cold once it waited for a start.
+    upstream_->worker_pid = process.pid;
+    upstream_->cold = upstream_->cold || process.cold;
+  }
   if (instead) {
     // The exchange is never sent: its body (held for it while it waited) is not read.
     waiting_->detach_body();
@@ -714,7 +728,7 @@ Response proxy_found(Request& req, UpstreamFinder find, ProxyOptions options) {
                                               options.pool, pipelinable(req), req.body_stream);
   ex->set_caller(options);
   return Response::deferred(
-      std::make_unique<Call>(std::move(ex), std::move(find), idempotent(req)));
+      std::make_unique<Call>(std::move(ex), std::move(find), idempotent(req), &req.upstream));
 }
 
 }  // namespace corral::proxy

@@ -78,10 +78,20 @@ struct ProxyOptions {
 
 http::Response proxy_to(http::Request& req, std::string unix_path, ProxyOptions options = {});
 
+// What a finder may say of the process behind the socket it found, for the access log: its pid
+// (0: unknown) and whether the request waited for it to start.
+struct UpstreamProcess {
+  int64_t pid = 0;
+  bool cold = false;
+};
+
 // The upstream is found asynchronously (a worker that may have to start first): `find` is called
 // when the response starts and answers once, with the upstream's socket path, or with the
 // response to send instead (503 for a failed worker, 403, ...). The request is prepared at once
-// (its bytes copied), so the route's Request may be gone by the time `find` answers.
+// (its bytes copied), so the route's Request may be gone by the time `find` answers, all but its
+// `upstream`: the process the answer names is written there (worker_pid; cold once any answer
+// for the request was cold) while the response has not started, so that Request must live until
+// the response ends (a server's connection and stream keep theirs).
 // The answer is a handle to the request waiting for it: copying one copies a reference (no
 // allocation per request), calling one after its request is gone does nothing.
 class UpstreamAnswer {
@@ -89,7 +99,8 @@ class UpstreamAnswer {
   struct Waiting;  // the request's side (proxy.cc)
   UpstreamAnswer() = default;
   explicit UpstreamAnswer(std::shared_ptr<Waiting> waiting) : waiting_(std::move(waiting)) {}
-  void operator()(std::string path, std::optional<http::Response> instead) const;
+  void operator()(std::string path, std::optional<http::Response> instead,
+                  UpstreamProcess process = {}) const;
   explicit operator bool() const { return waiting_ != nullptr; }
 
  private:

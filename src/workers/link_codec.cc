@@ -85,7 +85,10 @@ struct Encoder {
         {"type", "resolve"}, {"id", m.id}, {"address", core::wire_encode(m.address.value_or(""))}};
   }
   nlohmann::json operator()(const Resolved& m) const {
-    return {{"type", "resolved"}, {"id", m.id}, {"socket", m.socket}};
+    nlohmann::json j = {{"type", "resolved"}, {"id", m.id}, {"socket", m.socket}};
+    if (m.pid > 0) j["pid"] = m.pid;
+    if (m.cold) j["cold"] = true;
+    return j;
   }
   nlohmann::json operator()(const Refused& m) const {
     nlohmann::json j = {{"type", "refused"}, {"id", m.id}, {"status", m.status}};
@@ -132,7 +135,12 @@ core::Result<Message> decode(std::string_view text) {
   if (*type == "resolved") {
     const auto* socket = string_of(m, "socket");
     if (!socket || socket->empty()) return bad("link message: resolved without a socket");
-    return Message{Resolved{id, *socket}};
+    Resolved r{id, *socket};
+    if (const auto* pid = field(m, "pid"); pid && pid->is_number_unsigned())
+      r.pid = static_cast<int64_t>(
+          std::min<uint64_t>(pid->get<uint64_t>(), std::numeric_limits<int64_t>::max()));
+    if (const auto* cold = field(m, "cold"); cold && cold->is_boolean()) r.cold = cold->get<bool>();
+    return Message{std::move(r)};
   }
   if (*type == "refused") return Message{refused_of(m, id)};
   return bad("link message: unknown type");

@@ -14,7 +14,9 @@
 //         every second, the process's own state for the control API's GET /processes; each
 //         report's keys replace the same keys of the last (the rest is kept).
 //   supervisor -> server
-//     {"type":"resolved","id":N,"socket":"/state/sockets/doc%3A42.sock"}
+//     {"type":"resolved","id":N,"socket":"/state/sockets/doc%3A42.sock","pid":P,"cold":true}
+//         the worker's pid (omitted when unknown) and whether the request waited for its start
+//         ("cold" omitted when it did not): what the server's access log says of the request.
 //     {"type":"refused","id":N,"status":503,"error":{"message":...,"code":...},"retryAfter":S}
 //         the client's answer instead of a worker: the status (400-599), the public error and,
 //         when a bound refused it, Retry-After: S (omitted when 0).
@@ -30,10 +32,11 @@
 // asserts, and answers an error value for what is not a message, including a text over 64 KiB
 // (core::MessageLink's bound) or nested more than 16 levels deep (copying and dumping JSON
 // recurse). What identifies a message is strict: its type, an id > 0 (resolve, resolved, refused),
-// a wire-form address (forget), a non-empty socket (resolved). What only shapes a refusal is
-// lenient, so that an answer to a waiting request is never dropped for it: a missing or wrong
-// "status" is 503, a "retryAfter" that is not a count of seconds is 0 (at most a day), an "error"
-// that is not an object is none. A resolve whose address is not a wire form still decodes, without
+// a wire-form address (forget), a non-empty socket (resolved). What only shapes an answer is
+// lenient, so that an answer to a waiting request is never dropped for it: a "pid" that is not a
+// positive number is 0, a "cold" that is not true is false, a missing or wrong "status" is 503,
+// a "retryAfter" that is not a count of seconds is 0 (at most a day), an "error" that is not an
+// object is none. A resolve whose address is not a wire form still decodes, without
 // an address: the supervisor answers it 400 rather than leaving the request waiting.
 #pragma once
 
@@ -56,6 +59,8 @@ struct Resolve {
 struct Resolved {
   uint64_t id = 0;
   std::string socket;  // the worker's socket path
+  int64_t pid = 0;     // the worker's; 0 when not said
+  bool cold = false;   // the request waited for the worker's start
 };
 struct Refused {
   uint64_t id = 0;

@@ -25,6 +25,8 @@ TEST(LinkCodec, EncodesEachMessageAsTheProtocolSays) {
   EXPECT_EQ(encode(Resolve{1, "doc:42"}), R"({"address":"doc:42","id":1,"type":"resolve"})");
   EXPECT_EQ(encode(Resolved{2, "/s/doc%3A42.sock"}),
             R"({"id":2,"socket":"/s/doc%3A42.sock","type":"resolved"})");
+  EXPECT_EQ(encode(Resolved{2, "/s.sock", 4242, true}),
+            R"({"cold":true,"id":2,"pid":4242,"socket":"/s.sock","type":"resolved"})");
   EXPECT_EQ(encode(Refused{3, 503, {{"message", "busy"}}, 2}),
             R"({"error":{"message":"busy"},"id":3,"retryAfter":2,"status":503,"type":"refused"})");
   EXPECT_EQ(encode(Refused{3, 404, {{"message", "no"}}, 0}),
@@ -48,6 +50,16 @@ TEST(LinkCodec, DecodesWhatTheOtherEndSends) {
   auto resolved = decoded_as<Resolved>(R"({"type":"resolved","id":7,"socket":"/x.sock"})");
   EXPECT_EQ(resolved.id, 7u);
   EXPECT_EQ(resolved.socket, "/x.sock");
+  EXPECT_EQ(resolved.pid, 0);
+  EXPECT_FALSE(resolved.cold);
+  resolved =
+      decoded_as<Resolved>(R"({"type":"resolved","id":7,"socket":"/x","pid":9,"cold":true})");
+  EXPECT_EQ(resolved.pid, 9);
+  EXPECT_TRUE(resolved.cold);
+  // What only describes the worker is lenient: the answer still goes to its request.
+  resolved = decoded_as<Resolved>(R"({"type":"resolved","id":7,"socket":"/x","pid":-1,"cold":1})");
+  EXPECT_EQ(resolved.pid, 0);
+  EXPECT_FALSE(resolved.cold);
   auto refused = decoded_as<Refused>(
       R"({"type":"refused","id":8,"status":429,"error":{"message":"m","code":"c"},"retryAfter":3})");
   EXPECT_EQ(refused.id, 8u);

@@ -57,7 +57,7 @@ void serve_link(core::MessageLink& link, Manager** manager, int slot,
         // Answered from the manager's deferred callbacks, outside any guard: encode cannot throw.
         if (r.ok()) {
           remember(address);
-          st->link->send(link::encode(link::Resolved{id, r.socket_path}));
+          st->link->send(link::encode(link::Resolved{id, r.socket_path, r.pid, r.cold}));
         } else {
           st->link->send(link::encode(link::Refused{id, r.status, r.error, r.retry_after_s}));
         }

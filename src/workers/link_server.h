@@ -11,7 +11,9 @@
 //                         {"type":"report","quic":{...}}, {"type":"report","proxy":{...}}
 //                         (every second: the process's own state for the control API's
 //                         GET /processes; each report's keys replace the same keys of the last)
-//   supervisor -> server  {"type":"resolved","id":N,"socket":"/state/sockets/doc%3A42.sock"}
+//   supervisor -> server  {"type":"resolved","id":N,"socket":"/state/sockets/doc%3A42.sock",
+//                          "pid":P,"cold":true}  (the worker's pid; cold: the request waited
+//                         for its start; link_codec.h)
 //                         {"type":"refused","id":N,"status":503,"error":{"message":...}}
 //                         (with "retryAfter":S when a bound refused it: Retry-After: S)
 //                         {"type":"forget","address":"doc:42"}  (an address this process was

@@ -217,7 +217,7 @@ void Manager::resolve(const std::string& address, ResolveCallback cb) {
     return cb({{}, 503, public_error("The worker is suspended.", "suspended")});
   if (slot && !slot->failed.is_null()) return cb({{}, 503, slot->failed});
   if (slot && slot->worker && slot->worker->ready && !slot->worker->stopping)
-    return cb({slot->socket_path, 200, nullptr});
+    return cb({slot->socket_path, 200, nullptr, 0, slot->worker->pid, false});
   if (!slot) {
     auto s = std::make_unique<Slot>();
     s->address = address;
@@ -415,7 +415,7 @@ void Manager::on_message(Worker& w, const nlohmann::json& msg) {
     log_.info("worker_ready", "address=\"{}\" pid={} idle={}", slot.address, w.pid, w.idle);
     // A rollout may replace it now (its waiters then wait for the new worker).
     rollout_on_ready(w);
-    if (!w.stopping) answer(slot, {slot.socket_path, 200, nullptr});
+    if (!w.stopping) answer(slot, {slot.socket_path, 200, nullptr, 0, w.pid, true});
     changed(slot);
     if (std::exchange(w.counts_starting, false)) {
       record_start_latency(*kinds_[slot.kind->index], loop_.now() - w.start_ms);

@@ -217,6 +217,10 @@ struct Resolution {
   int status = 200;         // 503 failed/suspended/closing/limits, 404 unknown kind, 500 otherwise
   nlohmann::json error;     // {message, code?, reason?}; null when ok()
   uint32_t retry_after_s = 0;  // > 0: try again in this many seconds (a bound, not a failure)
+  // When ok(), the worker's pid, and whether the request waited for its start (cold: launched or
+  // a spare bound for it) rather than finding it ready (warm): what the access log says.
+  int64_t pid = 0;
+  bool cold = false;
   bool ok() const { return error.is_null(); }
 };
 using ResolveCallback = std::function<void(const Resolution&)>;

@@ -42,8 +42,8 @@ void LinkResolver::on_message(std::string_view text) {
   pending_.erase(it);
   if (resolved) {
     if (cache_.size() >= kCacheMax) cache_.clear();  // bounded: entries are cheap to get back
-    cache_[address] = {resolved->socket, loop_.now() + kCacheMs};
-    answer(std::move(resolved->socket), std::nullopt);
+    cache_[address] = {resolved->socket, loop_.now() + kCacheMs, resolved->pid};
+    answer(std::move(resolved->socket), std::nullopt, {resolved->pid, resolved->cold});
   } else {
     answer({}, error_response(refused->status, refused->error, refused->retry_after_s));
   }
@@ -52,7 +52,8 @@ void LinkResolver::on_message(std::string_view text) {
 void LinkResolver::resolve(const std::string& address, Answer answer, bool fresh) {
   auto c = cache_.find(address);
   if (c != cache_.end()) {
-    if (!fresh && c->second.until_ms > loop_.now()) return answer(c->second.path, std::nullopt);
+    if (!fresh && c->second.until_ms > loop_.now())
+      return answer(c->second.path, std::nullopt, {c->second.pid, false});
     cache_.erase(c);
   }
   if (!link_.open()) {

@@ -1,6 +1,8 @@
 // LinkResolver: the server process's end of its link to the supervisor. A proxied request asks
 // it for its address's worker socket; it answers from a small cache or sends a `resolve` message
-// and answers when the supervisor does (`resolved` or `refused`). The supervisor's end is
+// and answers when the supervisor does (`resolved` or `refused`). A socket comes with its
+// worker's pid and whether the request waited for the worker's start (proxy::UpstreamProcess,
+// for the access log). The supervisor's end is
 // workers/link_server.h; both speak workers/link_codec.h, whose header specifies the messages.
 //
 // Lifetime: one per server process, owned by its ProcessServices, on the process's loop; answers
@@ -56,6 +58,7 @@ class LinkResolver {
   struct Cached {
     std::string path;
     uint64_t until_ms;
+    int64_t pid;  // the worker's: a request answered from here found it running (warm)
   };
   core::EventLoop& loop_;
   std::map<std::string, Cached> cache_;

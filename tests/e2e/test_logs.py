@@ -1,6 +1,8 @@
 """Logs on the real binary: `log_format = "json"` read line by line by the real jq, the access log
 in a file of its own and in the combined format, SIGUSR1 reopening it under load with no line lost,
-and a client's W3C traceparent reaching the worker and the access log unchanged."""
+a client's W3C traceparent reaching the worker (each library's accessor) and the access log
+unchanged, and the access log naming the worker's pid and whether the request waited for its
+start."""
 import http.client
 import json
 import os
@@ -11,11 +13,16 @@ import sys
 import threading
 
 from conftest import CORRAL_BIN
-from corral_test_util import ceiling, poll
+from corral_test_util import ceiling, ctl_json, poll
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 PY_WORKER = os.path.join(REPO, "examples", "worker_python", "worker.py")
+NODE_WORKER = os.path.join(REPO, "examples", "worker_node", "worker.mjs")
+CPP_WORKER = os.environ.get(
+    "CORRAL_EXAMPLE_WORKER",
+    os.path.join(os.path.dirname(os.path.abspath(CORRAL_BIN)), "examples", "worker_cpp",
+                 "example_worker"))
 PYTHON = sys.executable or "/usr/bin/python3"
 TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -50,6 +57,11 @@ def start_json(server_factory, tmp_path, *args):
     root.mkdir(exist_ok=True)
     (root / "index.html").write_text("hi\n")
     srv = server_factory(str(root), "--log-format", "json", *args, binary=CORRAL_BIN, wait=False)
+    return json_listening(srv)
+
+
+def json_listening(srv):
+    """`srv` (started with wait=False and JSON logs) once listening: its port from that line."""
 
     def port():
         for l in lines(srv.log_path):
@@ -176,3 +188,60 @@ def test_traceparent_reaches_worker_and_access_log(server_factory, tmp_path):
     poll(logged, ceiling(10), "the traces in the access log")
     line = [l for l in lines(str(access)) if TRACE.encode() in l][0]
     assert b'address="doc:1"' in line, line
+
+
+def curl(url, *headers):
+    """The body of a GET by the real curl (fails on an HTTP error)."""
+    args = [a for h in headers for a in ("-H", h)]
+    return subprocess.run(["curl", "-sSf", "--max-time", str(ceiling(20)), *args, url],
+                          capture_output=True, text=True, timeout=ceiling(30), check=True).stdout
+
+
+def access_records(path, n):
+    """The first `n` JSON lines of the access log, once there are that many (flushed every 200 ms)."""
+    poll(lambda: len(lines(path)) >= n or None, ceiling(10), f"{n} access lines")
+    return [json.loads(l) for l in lines(path)][:n]
+
+
+def test_each_worker_library_exposes_the_traceparent(server_factory, tmp_path):
+    """curl's traceparent reaches a Python, a Node and a C++ worker unchanged: each echoes it from
+    its library's accessor (GET /trace), and the access line of each request carries the same."""
+    access = str(tmp_path / "access.log")
+    kinds = {"py": [PYTHON, PY_WORKER], "node": [os.environ.get("CORRAL_NODE", "node"), NODE_WORKER],
+             "cpp": [CPP_WORKER]}
+    cfg = [f'access_log = "{access}"', 'log_format = "json"']
+    for name, command in kinds.items():
+        cfg += [f"[workers.{name}]", f"command = {json.dumps(command)}",
+                f'routes = ["/{name}/{{id}}/*"]']
+    srv = json_listening(server_factory("--state-dir", str(tmp_path / "state"), binary=CORRAL_BIN,
+                                        config="\n".join(cfg) + "\n", wait=False))
+    traces = {}
+    for i, name in enumerate(kinds):
+        traces[name] = f"00-4bf92f3577b34da6a3ce929d0e0e473{i}-00f067aa0ba902b7-01"
+        assert curl(f"{srv.url}/{name}/1/trace", f"traceparent: {traces[name]}") == \
+            traces[name] + "\n", name
+    records = access_records(access, len(kinds))
+    assert {r["address"]: r["request_id"] for r in records} == \
+        {f"{name}:1": trace for name, trace in traces.items()}
+
+
+def test_access_log_names_the_worker_and_a_cold_start(server_factory, tmp_path):
+    """The first request to an address waited for its worker's start (cold) and names its pid; the
+    second found it running (warm), the same pid."""
+    access = str(tmp_path / "access.log")
+    state = str(tmp_path / "state")
+    cfg = "\n".join([
+        f'access_log = "{access}"',
+        'log_format = "json"',
+        "[workers.doc]",
+        f"command = [{json.dumps(PYTHON)}, {json.dumps(PY_WORKER)}]",
+        'routes = ["/doc/{id}/*"]',
+    ]) + "\n"
+    srv = json_listening(
+        server_factory("--state-dir", state, binary=CORRAL_BIN, config=cfg, wait=False))
+    pid = json.loads(curl(f"{srv.url}/doc/7/code"))["pid"]
+    assert json.loads(curl(f"{srv.url}/doc/7/code"))["pid"] == pid
+    assert ctl_json(state, "workers")["doc:7"]["pid"] == pid
+    first, second = access_records(access, 2)
+    assert (first["address"], first["worker_pid"], first["cold"]) == ("doc:7", pid, True), first
+    assert (second["address"], second["worker_pid"], second["cold"]) == ("doc:7", pid, False), second
