@@ -6,7 +6,8 @@
 # fuzz/smoke.sh, tests/packaging): curl, openssl, wrk (e2e.test_fanout), gtlsclient
 # (ngtcp2-client), chromium, pgrep (procps), python3 with pytest/requests/websockets, node + npm,
 # clang's libFuzzer runtime, systemd-analyze (systemd), logrotate, dpkg-shlibdeps (dpkg-dev) and
-# file for cpack.
+# file for cpack, promtool (prometheus: e2e.test_metrics checks /metrics with it) and
+# python3-prometheus-client (its strict OpenMetrics parser reads /metrics' OpenMetrics body there).
 # A test that needs a program not listed here fails on a fresh machine: add it here.
 set -Eeuo pipefail
 . "$(dirname "$0")/steps.sh"
@@ -18,7 +19,8 @@ build=(cmake ninja-build g++ pkg-config python3 node-llhttp nlohmann-json3-dev l
        libgnutls28-dev zlib1g-dev libngtcp2-dev libngtcp2-crypto-gnutls-dev libnghttp3-dev
        libbpf-dev clang)
 test=(libclang-rt-14-dev ngtcp2-client chromium curl openssl procps wrk jq python3 python3-pytest
-      python3-requests python3-websockets systemd logrotate dpkg-dev file)
+      python3-requests python3-websockets systemd logrotate dpkg-dev file prometheus
+      python3-prometheus-client)
 bench=(nginx-light strace ngtcp2-server)
 
 want=("${build[@]}")

@@ -30,8 +30,9 @@ void Http3Companion::report() {
 }
 
 ServerProcess::ServerProcess(core::Logger& log, std::shared_ptr<const Generation> generation,
-                             const fanout::ChildContext& ctx, const QuicService* quic)
-    : log_(log), generation_(std::move(generation)), ctx_(ctx), quic_(quic) {}
+                             const fanout::ChildContext& ctx, const QuicService* quic,
+                             const control::MetricsRegion* metrics)
+    : log_(log), generation_(std::move(generation)), ctx_(ctx), quic_(quic), metrics_(metrics) {}
 
 http::RunOptions ServerProcess::run_options() {
   const Options& o = generation_->options;
@@ -70,6 +71,9 @@ http::RunOptions ServerProcess::run_options() {
 }
 
 int ServerProcess::run() {
+  // From here on this process counts in its block of the supervisor's region (http/metrics.h):
+  // the block of its slot and generation index, which no other live process has.
+  if (metrics_) http::adopt_metrics(metrics_->block(ctx_.slot, ctx_.generation), metrics_->kinds());
   if (generation_->options.on_process) generation_->options.on_process(ctx_.slot);
   auto run = run_options();
   log_.set_level(generation_->options.log_level);

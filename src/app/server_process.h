@@ -13,6 +13,7 @@
 
 #include "app/generation.h"
 #include "app/quic_service.h"
+#include "control/metrics.h"
 #include "core/timer_wheel.h"
 #include "fanout/supervisor.h"
 #include "http/runner.h"
@@ -37,8 +38,10 @@ class Http3Companion {
 
 class ServerProcess {
  public:
+  // `metrics`: the supervisor's region (null: counted in the process's own block, read by none).
   ServerProcess(core::Logger& log, std::shared_ptr<const Generation> generation,
-                const fanout::ChildContext& ctx, const QuicService* quic);
+                const fanout::ChildContext& ctx, const QuicService* quic,
+                const control::MetricsRegion* metrics);
   int run();
 
  private:
@@ -47,6 +50,7 @@ class ServerProcess {
   std::shared_ptr<const Generation> generation_;
   const fanout::ChildContext& ctx_;
   const QuicService* quic_;  // null: no HTTP/3
+  const control::MetricsRegion* metrics_;
 };
 
 }  // namespace corral::app

@@ -5,6 +5,7 @@
 
 #include "control/admin.h"
 #include "control/control_site.h"
+#include "control/metrics.h"
 #include "control/rollout_routes.h"
 #include "control/status_page.h"
 #include "control/worker_routes.h"
@@ -15,7 +16,8 @@ SupervisorServices::SupervisorServices(core::EventLoop& loop, core::Logger& log,
                                        fanout::Supervisor& supervisor, const Generation& generation,
                                        const std::string& state_dir,
                                        std::shared_ptr<const workers::ProcessReports> reports,
-                                       workers::Manager*& manager_ref)
+                                       workers::Manager*& manager_ref,
+                                       const control::MetricsRegion* metrics)
     : manager_ref_(manager_ref) {
   const Options& o = generation.options;
   if (!o.kinds.empty()) {
@@ -69,6 +71,7 @@ SupervisorServices::SupervisorServices(core::EventLoop& loop, core::Logger& log,
   }
   control::add_status_routes(site, loop, {&supervisor, reported, manager_.get()});
   control::add_health_routes(site, supervisor);
+  control::add_metrics_routes(site, {metrics, &supervisor, manager_.get()});
   if (o.admin_listen)
     control::add_admin_guard(site, std::make_shared<control::AdminAccess>(o.admin), log);
   auto built = site.build().value();

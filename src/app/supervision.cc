@@ -36,7 +36,7 @@ Supervision::Supervision(core::Logger& log, Options options, std::string state_d
 fanout::ChildMain Supervision::child_main() const {
   // The fan-out calls it in the forked child, where this Supervision is a copy nobody else uses.
   return [this, generation = generation_](const fanout::ChildContext& ctx) {
-    return ServerProcess(log_, generation, ctx, quic_.get()).run();
+    return ServerProcess(log_, generation, ctx, quic_.get(), metrics_.get()).run();
   };
 }
 
@@ -59,6 +59,13 @@ int Supervision::run() {
   // (child_main, below).
   if (set->addresses.size() > 1)
     std::const_pointer_cast<Generation>(generation_)->tls_port = set->addresses[1].port();
+
+  if (auto region = control::MetricsRegion::map(processes_); region) {
+    metrics_ = std::move(region.value());
+    for (const auto& kind : o.kinds) (void)metrics_->add_kind(kind.name);
+  } else {
+    log_.error("metrics_failed", "error=\"{}\"", region.error().reason);
+  }
 
   fanout::SupervisorOptions options;
   options.processes = processes_;
@@ -156,6 +163,8 @@ bool Supervision::start_generation(std::shared_ptr<fanout::ListenerSet>& set,
   if (f.watch != current.watch)
     log_.warn("reload_ignored", "key=watch reason=\"watching the code directories starts or "
                                 "stops only on restart\"");
+  if (metrics_)
+    for (const auto& kind : f.kinds) (void)metrics_->add_kind(kind.name);
   generation_ = std::move(fresh);
   // The worker kinds: the manager takes what can change under running workers and names, in the
   // log, each change it leaves for a restart.
@@ -171,8 +180,8 @@ std::shared_ptr<void> Supervision::start_services(core::EventLoop& loop,
     std::unique_ptr<SystemdReport> systemd;
   };
   auto started = std::make_shared<Started>();
-  started->services = std::make_shared<SupervisorServices>(loop, log_, supervisor, *generation_,
-                                                           state_dir_, reports_, manager_);
+  started->services = std::make_shared<SupervisorServices>(
+      loop, log_, supervisor, *generation_, state_dir_, reports_, manager_, metrics_.get());
   services_ = started->services.get();
   started->systemd = std::make_unique<SystemdReport>(
       systemd_.notifier, loop, [this, &supervisor] { return status(supervisor); });

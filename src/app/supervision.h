@@ -15,6 +15,7 @@
 #include "app/quic_service.h"
 #include "app/services.h"
 #include "app/systemd.h"
+#include "control/metrics.h"
 #include "fanout/supervisor.h"
 
 namespace corral::app {
@@ -39,6 +40,10 @@ class Supervision {
   std::shared_ptr<const Generation> generation_;
   int processes_ = 0;  // as resolved at the start; a reload keeps it
   std::unique_ptr<QuicService> quic_;
+  // The server processes' counters for GET /metrics (control/metrics.h): mapped before the first
+  // fork; every kind of every generation gets its index before that generation forks. Null if
+  // the mapping failed (then /metrics has the supervisor's and the manager's families only).
+  std::unique_ptr<control::MetricsRegion> metrics_;
   // What each server process last reported, by slot: written by the links, read by the control
   // API (GET /processes). Shared with the control API's route.
   std::shared_ptr<workers::ProcessReports> reports_ = std::make_shared<workers::ProcessReports>();

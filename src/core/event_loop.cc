@@ -22,6 +22,12 @@ uint64_t monotonic_ms() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
 }
 
+uint64_t monotonic_us() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000 + static_cast<uint64_t>(ts.tv_nsec) / 1000;
+}
+
 class EventLoop::SignalHandler final : public IoHandler {
  public:
   explicit SignalHandler(EventLoop& loop) : loop_(loop) { sigemptyset(&mask_); }
@@ -54,8 +60,11 @@ class EventLoop::SignalHandler final : public IoHandler {
 
 EventLoop::EventLoop(Clock clock)
     : clock_(std::move(clock)),
+      real_clock_(clock_.target<uint64_t (*)()>() &&
+                  *clock_.target<uint64_t (*)()>() == &monotonic_ms),
       epfd_(epoll_create1(EPOLL_CLOEXEC)),
       now_ms_(clock_()),
+      now_us_(monotonic_us()),
       wall_s_(time(nullptr)),
       timers_(now_ms_),
       events_(256) {
@@ -93,7 +102,9 @@ Result<void> EventLoop::on_signal(int signo, SignalCallback cb) {
 }
 
 void EventLoop::update_time() {
-  now_ms_ = clock_();
+  // One clock read with the real clock: its milliseconds are monotonic_ms()'s.
+  now_us_ = monotonic_us();
+  now_ms_ = real_clock_ ? now_us_ / 1000 : clock_();
   timespec ts;
   clock_gettime(CLOCK_REALTIME_COARSE, &ts);
   wall_s_ = ts.tv_sec;

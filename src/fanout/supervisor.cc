@@ -485,6 +485,13 @@ std::vector<DrainingState> Supervisor::draining() const {
   return out;
 }
 
+std::vector<Supervisor::LiveProcess> Supervisor::live() const {
+  std::vector<LiveProcess> out;
+  out.reserve(children_.size());
+  for (const auto& c : children_) out.push_back({c->slot, c->generation});
+  return out;
+}
+
 bool Supervisor::serving() const {
   return std::all_of(slots_.begin(), slots_.end(), [this](const auto& s) {
     return s->current && s->current->ready && s->current->generation == generation_;

@@ -139,6 +139,13 @@ class Supervisor {
 
   std::vector<SlotState> state() const;
   std::vector<DrainingState> draining() const;  // oldest first
+  // Every process not reaped yet, of every generation (starting, serving, draining, closing):
+  // its slot and generation. GET /metrics sums the gauges of these only.
+  struct LiveProcess {
+    int slot = 0;
+    uint64_t generation = 0;
+  };
+  std::vector<LiveProcess> live() const;
   const std::shared_ptr<ListenerSet>& listeners() const { return listeners_; }
   uint64_t generation() const { return generation_; }
   bool terminating() const { return terminating_; }

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "http/h1_writer.h"
+#include "http/metrics.h"
 #include "http/response_plan.h"
 #include "http/server.h"
 #include "http/site.h"
@@ -52,6 +53,7 @@ Connection::Connection(Server& server, std::unique_ptr<core::Transport> transpor
 Connection::~Connection() = default;
 
 void Connection::start() {
+  started_us_ = loop_.now_us();
   interest_ = EPOLLIN | EPOLLRDHUP;
   if (auto r = loop_.add(transport_->fd(), interest_, this); !r) {
     server_.log().error("epoll_add", "error=\"{}\"", r.error().reason);
@@ -171,6 +173,7 @@ void Connection::on_readable() {
   }
   auto r = transport_->read_into(in_, kReadSize);
   if (r.ok()) {
+    add(metrics().proto[ProcessMetrics::kHttp1].request_bytes, r.bytes);
     if (body_state_ == BodyState::kOpen) {
       pump_body();
       if (closed_) return;
@@ -222,6 +225,7 @@ void Connection::process_input() {
       if (in_.empty() || (in_.size() == 1 && in_.data()[0] == '\r')) break;
       phase_ = Phase::kHead;
       started_ms_ = loop_.now();
+      started_us_ = loop_.now_us();
       if (!in_request_) {
         in_request_ = true;
         server_.request_started();
@@ -381,6 +385,7 @@ void Connection::write_response(Response& r) {
   status_ = plan.status;
   body_bytes_ = 0;
   if (plan.body != BodyKind::kDeferred) head_out_ = true;
+  if (plan.body != BodyKind::kDeferred) count_response_head();
   if (plan.close) close_after_write_ = true;
   switch (plan.body) {
     case BodyKind::kDeferred:
@@ -573,6 +578,7 @@ void Connection::finish_request() {
   abandon_body("response ended before the body");
   head_out_ = continue_sent_ = false;
   access_log(status_, body_bytes_);
+  metrics().request_done(ProcessMetrics::kHttp1, status_, elapsed_us(started_us_, loop_.now_us()));
   log_method_.clear();
   log_target_.clear();
   log_referer_.clear();
@@ -584,6 +590,17 @@ void Connection::finish_request() {
     in_request_ = false;
     server_.request_finished();
   }
+}
+
+// The response head goes out (/metrics, http/metrics.h): the time to it, and for a request that
+// waited for its worker's start, the same as that kind's first response.
+void Connection::count_response_head() {
+  ProcessMetrics& m = metrics();
+  uint64_t us = elapsed_us(started_us_, loop_.now_us());
+  m.response_head(ProcessMetrics::kHttp1, us);
+  if (req_.upstream.cold)
+    if (int kind = metrics_kind(req_.upstream.address); kind >= 0)
+      m.first_response[kind].observe(kStartBoundsUs, us);
 }
 
 void Connection::respond_error(int status, std::string_view reason) {
@@ -605,6 +622,7 @@ bool Connection::send_file_data() {
     while (big_off_ < big_body_.size()) {
       auto w = transport_->write(big_body_.data() + big_off_, big_body_.size() - big_off_);
       if (w.ok()) {
+        add(metrics().proto[ProcessMetrics::kHttp1].response_bytes, w.bytes);
         big_off_ += w.bytes;
         write_timer_.cancel();
         continue;
@@ -654,6 +672,7 @@ bool Connection::send_file_data() {
     size_t chunk = file_left_ > (1u << 20) ? (1u << 20) : static_cast<size_t>(file_left_);
     auto w = transport_->send_file(file_.fd.get(), file_offset_, chunk);
     if (w.ok()) {
+      add(metrics().proto[ProcessMetrics::kHttp1].response_bytes, w.bytes);
       file_offset_ += w.bytes;
       file_left_ -= w.bytes;
       continue;
@@ -684,6 +703,7 @@ void Connection::flush() {
         w = transport_->write(out_.data(), out_.size());
       }
       if (w.ok()) {
+        add(metrics().proto[ProcessMetrics::kHttp1].response_bytes, w.bytes);
         size_t head = std::min(w.bytes, out_.size());
         out_.consume(head);
         big_off_ += w.bytes - head;

@@ -89,6 +89,7 @@ class Connection final : public core::IoHandler,
   void hand_over();  // after a 101: the socket goes to the upgrade handler
   void access_log(int status, uint64_t bytes);
   void keep_log_fields();  // copies of what the access log needs, before the response goes async
+  void count_response_head();  // /metrics (http/metrics.h)
   void abort_stream();
   // StreamWriter
   bool write(std::string_view data) override;
@@ -164,6 +165,7 @@ class Connection final : public core::IoHandler,
   uint64_t body_bytes_ = 0;  // for the access log
   int status_ = 0;
   uint64_t started_ms_ = 0;
+  uint64_t started_us_ = 0;  // EventLoop::now_us() at the request's first byte (/metrics)
   // A streamed request body (body_stream.h).
   enum class BodyState : uint8_t { kNone, kOpen };
   BodyState body_state_ = BodyState::kNone;  // kOpen: the route runs, its body is still coming

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include "http/connection.h"
+#include "http/metrics.h"
 
 namespace corral::http {
 
@@ -97,6 +98,8 @@ void Server::attach(Upgraded* u) {
   upgraded_ = u;
   ++upgraded_count_;
   ++stats_.active;
+  add(metrics().websockets);
+  add(metrics().gauges.websockets_open, 1);
   notify_idle();
   if (closing_ && !draining_) u->server_closing();  // draining: a fresh socket is kept too
 }
@@ -108,6 +111,7 @@ void Server::detach(Upgraded* u) {
   u->prev_ = u->next_ = nullptr;
   --upgraded_count_;
   --stats_.active;
+  add(metrics().gauges.websockets_open, -1);
   notify_idle();
   if (closing_) maybe_finish_close();
 }
@@ -199,6 +203,7 @@ void Server::on_accept(int listen_fd, const core::TransportFactory* transport) {
     if (stats_.active >= options_.max_connections || closing_) {
       // Refuse without touching the connections already served: a canned answer, then close.
       ++stats_.refused;
+      add(metrics().connections_refused);
       // (A client of a wrapping transport, TLS, could not read plain text: it is only closed.)
       [[maybe_unused]] ssize_t w =
           transport ? 0 : ::send(fd, kBusyResponse, sizeof kBusyResponse - 1, MSG_NOSIGNAL);
@@ -226,6 +231,8 @@ void Server::on_accept(int listen_fd, const core::TransportFactory* transport) {
     if (head_) head_->prev_ = c;
     head_ = c;
     ++stats_.active;
+    add(metrics().proto[ProcessMetrics::kHttp1].connections);
+    add(metrics().gauges.connections_open[ProcessMetrics::kHttp1], 1);
     c->start();
   }
 }
@@ -241,6 +248,7 @@ void Server::connection_closed(Connection* c) {
   c->prev_ = c->next_ = nullptr;
   unpark(c);
   --stats_.active;
+  add(metrics().gauges.connections_open[ProcessMetrics::kHttp1], -1);
   loop_.destroy_later(std::unique_ptr<Connection>(c));
   if (closing_) maybe_finish_close();
 }

@@ -7,6 +7,7 @@
 #include "core/event_loop.h"
 #include "core/timer_wheel.h"
 #include "http/body_stream.h"
+#include "http/metrics.h"
 #include "proxy/fields.h"
 #include "proxy/relay.h"
 #include "proxy/response_reader.h"
@@ -647,6 +648,11 @@ void ProxiedExchange::respond(Response r) {
 }
 
 void ProxiedExchange::respond_error(int status, std::string_view why) {
+  // /metrics (http/metrics.h): the reason by what the client gets.
+  http::add(http::metrics().proxy_errors[!(call_ && call_->responder) ? http::ProcessMetrics::kCut
+                                         : status == 504 ? http::ProcessMetrics::kTimeout
+                                         : never_sent    ? http::ProcessMetrics::kUnreachable
+                                                         : http::ProcessMetrics::kBroken]);
   if (call_ && call_->responder) {
     if (status == 504 && on_timeout_) {
       std::string_view method(request);  // the request line's first word
@@ -663,6 +669,7 @@ void ProxiedExchange::respond_error(int status, std::string_view why) {
 
 void ProxiedExchange::respond_busy() {
   if (!call_ || !call_->responder) return;
+  http::add(http::metrics().proxy_errors[http::ProcessMetrics::kBusy]);
   if (on_busy_) {
     std::string_view method(request);  // the request line's first word
     method = method.substr(0, method.find(' '));

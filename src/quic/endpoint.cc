@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "http/metrics.h"
 #include "quic/dispatch.h"
 #include "quic/forward.h"
 #include "quic/h3_connection.h"
@@ -355,6 +356,9 @@ void Endpoint::process(Socket& s, const Datagram& d) {
       ForwardHeader h{d.local, d.remote, d.ecn};
       if (fd >= 0 && forward_datagram(fd, h, d.data, d.len)) {
         ++(to.route == Route::kToSlot ? stats_.forwarded_out : stats_.forwarded_generation);
+        http::add(http::metrics().quic_forwarded[to.route == Route::kToSlot
+                                                     ? http::ProcessMetrics::kToSlot
+                                                     : http::ProcessMetrics::kToGeneration]);
       } else {
         ++stats_.dropped;
       }
@@ -446,6 +450,8 @@ void Endpoint::handle_new(Socket& s, const Datagram& d, const ngtcp2_version_cid
   H3Connection* raw = c.get();
   conns_.emplace(raw, std::move(c));
   stats_.connections_active = conns_.size();
+  http::store(http::metrics().gauges.connections_open[http::ProcessMetrics::kHttp3],
+              static_cast<int64_t>(conns_.size()));
   peak_connections_ = std::max(peak_connections_, conns_.size());
   if (!validated) {
     ++unvalidated_;
@@ -692,6 +698,8 @@ void Endpoint::remove(H3Connection* c) {
   loop_.destroy_later(std::move(it->second));
   conns_.erase(it);
   stats_.connections_active = conns_.size();
+  http::store(http::metrics().gauges.connections_open[http::ProcessMetrics::kHttp3],
+              static_cast<int64_t>(conns_.size()));
   // On a timer, so that it runs after the loop has destroyed what was removed.
   if (peak_connections_ >= kTrimPeak && conns_.size() <= peak_connections_ / 4 &&
       !trim_timer_.armed())

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "http/metrics.h"
 #include "http/server.h"
 #include "http/site.h"
 #include "quic/steering.h"
@@ -305,6 +306,7 @@ int H3Connection::on_handshake_completed(ngtcp2_conn*, void* ud) {
   c->handshake_done_ = true;
   c->handshake_ms_ = c->ep_.loop().now();
   ++c->ep_.stats().handshakes;
+  http::add(http::metrics().proto[http::ProcessMetrics::kHttp3].connections);
   c->ep_.handshake_validated(c);  // the client's Handshake packets came back: a real address
   // A session ticket (resumption; early data stays off) and a NEW_TOKEN token that lets the
   // client skip Retry next time, in any process (wall clock, shared secret).

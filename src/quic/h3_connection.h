@@ -68,6 +68,7 @@ class H3Stream final : private http::StreamWriter, private http::Responder {
   void resume();
   void abort_producers();
   void access_log();
+  void count_response_head();  // /metrics (http/metrics.h)
   // StreamWriter
   bool write(std::string_view data) override;
   void end() override;
@@ -88,6 +89,7 @@ class H3Stream final : private http::StreamWriter, private http::Responder {
   uint64_t park_deadline_ms_ = 0;
   std::shared_ptr<const http::Site> site_;
   uint64_t started_ms_ = 0;
+  uint64_t started_us_ = 0;  // EventLoop::now_us() (/metrics)
   int status_ = 0;
   std::string log_method_, log_target_;
   std::string log_referer_, log_agent_;  // the combined access format only

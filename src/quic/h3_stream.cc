@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "http/metrics.h"
 #include "http/server.h"
 #include "http/site.h"
 #include "quic/h3_connection.h"
@@ -25,6 +26,7 @@ constexpr uint64_t kLowWater = 64 * 1024;
 
 H3Stream::H3Stream(H3Connection& conn, int64_t id) : conn_(conn), id_(id) {
   started_ms_ = conn.endpoint().loop().now();
+  started_us_ = conn.endpoint().loop().now_us();
 }
 
 H3Stream::~H3Stream() {
@@ -41,6 +43,7 @@ bool H3Stream::add_body(const uint8_t* data, size_t len) {
     return false;
   }
   body_.append(reinterpret_cast<const char*>(data), len);
+  http::add(http::metrics().proto[http::ProcessMetrics::kHttp3].request_bytes, len);
   return true;
 }
 
@@ -153,6 +156,7 @@ void H3Stream::submit_head(const H3Head& head, int status, bool with_body) {
     };
   status_ = status;
   responded_ = true;
+  count_response_head();
   if (!conn_.h3()) return;
   int rv = nghttp3_conn_submit_response(conn_.h3(), id_, head.data(), head.size(),
                                         with_body ? &reader : nullptr);
@@ -283,6 +287,7 @@ nghttp3_ssize H3Stream::read_data(nghttp3_vec* vec, size_t veccnt, uint32_t* pfl
       vec[n].len = c.size();
       unsent_ -= c.size();
       body_bytes_ += c.size();
+      http::add(http::metrics().proto[http::ProcessMetrics::kHttp3].response_bytes, c.size());
       ++n;
     }
   };
@@ -401,10 +406,23 @@ void H3Stream::access_log() {
   tcp.log().access(r);
 }
 
+// The response head goes out (/metrics, http/metrics.h): as the HTTP/1.1 connection counts it.
+void H3Stream::count_response_head() {
+  http::ProcessMetrics& m = http::metrics();
+  uint64_t us = http::elapsed_us(started_us_, conn_.endpoint().loop().now_us());
+  m.response_head(http::ProcessMetrics::kHttp3, us);
+  if (req_.upstream.cold)
+    if (int kind = http::metrics_kind(req_.upstream.address); kind >= 0)
+      m.first_response[kind].observe(http::kStartBoundsUs, us);
+}
+
 void H3Stream::finish() {
   if (finished_) return;
   finished_ = true;
   abort_producers();
+  if (in_request_ && status_)
+    http::metrics().request_done(http::ProcessMetrics::kHttp3, status_,
+                                 http::elapsed_us(started_us_, conn_.endpoint().loop().now_us()));
   access_log();
   if (in_request_) {
     in_request_ = false;

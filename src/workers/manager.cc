@@ -329,6 +329,7 @@ void Manager::begin_start(Worker& w, nlohmann::json start_data) {
   w.start_timer.arm_after(cfg.start_timeout_ms);
   ++starting_;
   w.counts_starting = true;
+  kinds_[slot.kind->index]->counters.started(w.from_spare);
   log_.info("worker_starting", "address=\"{}\" pid={}{}", slot.address, w.pid,
             w.from_spare ? " spare=true" : "");
   // The code set goes by reference (code.manifest): its size never makes the message too large.
@@ -418,7 +419,7 @@ void Manager::on_message(Worker& w, const nlohmann::json& msg) {
     if (!w.stopping) answer(slot, {slot.socket_path, 200, nullptr, 0, w.pid, true});
     changed(slot);
     if (std::exchange(w.counts_starting, false)) {
-      record_start_latency(*kinds_[slot.kind->index], loop_.now() - w.start_ms);
+      record_start_latency(*kinds_[slot.kind->index], loop_.now() - w.start_ms, w.from_spare);
       --starting_;
       progress_ms_ = loop_.now();
       pump();
@@ -524,6 +525,7 @@ void Manager::begin_stop(Worker& w, std::string_view why) {
   if (!slot.start_queued)
     answer(slot, {{}, 503, public_error("The worker was stopped.", "stopped")});
   log_.info("worker_stopping", "address=\"{}\" pid={} reason={}", slot.address, w.pid, why);
+  kinds_[slot.kind->index]->counters.stopped(why);
   // From now on a connect finds no socket (ENOENT), which the proxy knows never sent anything and
   // so tries again through a fresh resolve (a start queued behind this stop). Left in place, it
   // would queue on a worker that no longer accepts and be reset at its exit: for a POST, a 502.
@@ -535,6 +537,11 @@ void Manager::begin_stop(Worker& w, std::string_view why) {
 }
 
 void Manager::fail(Slot& slot, nlohmann::json pub, std::string full) {
+  auto code = pub.find("code");
+  kinds_[slot.kind->index]->counters.failed(
+      code != pub.end() && code->is_string() ? std::string_view(code->get_ref<const std::string&>())
+                                             : "",
+      full.starts_with("fatal: "));
   slot.failed = std::move(pub);
   slot.failed_at = loop_.wall_seconds();
   slot.start_queued = false;

@@ -108,6 +108,7 @@
 #include "core/result.h"
 #include "http/request.h"
 #include "workers/code_set.h"
+#include "workers/kind_counters.h"
 #include "workers/kind_log.h"
 #include "workers/launcher.h"
 
@@ -357,6 +358,9 @@ class Manager {
   using AddressVisitor = std::function<void(const std::string& address, std::string_view kind,
                                             std::string_view status)>;
   void visit_addresses(const AddressVisitor& visit) const;
+  // Each kind's counters (starts, failures, stops, start latency: kind_counters.h), in order.
+  using CountersVisitor = std::function<void(std::string_view kind, const KindCounters& counters)>;
+  void visit_counters(const CountersVisitor& visit) const;
 
   ChangeCallback on_change;  // every change, after the watchers
   uint64_t watch(ChangeCallback cb);
@@ -454,7 +458,7 @@ class Manager {
   // The counts of a `ready` or `idle` (manager_state.cc), and the idle flip's time.
   void record_holds(Worker& w, const nlohmann::json& msg);
   void add_why_alive(const Worker& w, nlohmann::json& entry) const;
-  static void record_start_latency(Kind& kind, uint64_t ms);
+  static void record_start_latency(Kind& kind, uint64_t ms, bool from_spare);
   static std::string_view status_of(const Slot& slot);
   // The lifecycle shared by a start and a spare's bind (manager.cc): the start hook's data (a
   // throw fails the slot: nullopt), the worker made from a launch (registered, counted live), its

@@ -104,6 +104,7 @@ struct Manager::Kind {
   // The latencies of the last starts (`start` to `ready`, ms), a ring of kKindStartSamples.
   std::vector<uint32_t> start_latencies;
   size_t start_latency_next = 0;
+  KindCounters counters;  // for /metrics
 };
 
 struct Manager::OutputReader final : core::IoHandler {

@@ -88,7 +88,8 @@ nlohmann::json Manager::state() const {
   return out;
 }
 
-void Manager::record_start_latency(Kind& kind, uint64_t ms) {
+void Manager::record_start_latency(Kind& kind, uint64_t ms, bool from_spare) {
+  kind.counters.ready(from_spare, ms);
   auto v = static_cast<uint32_t>(std::min<uint64_t>(ms, UINT32_MAX));
   if (kind.start_latencies.size() < kKindStartSamples) {
     kind.start_latencies.push_back(v);
@@ -126,6 +127,10 @@ std::vector<Manager::KindSummary> Manager::kind_summaries() const {
     if (w && !w->stopping && w->version != k.version) ++k.stale;
   }
   return out;
+}
+
+void Manager::visit_counters(const CountersVisitor& visit) const {
+  for (const auto& kind : kinds_) visit(kind->config.name, kind->counters);
 }
 
 void Manager::visit_addresses(const AddressVisitor& visit) const {
