@@ -17,7 +17,7 @@
 // in docs/operate.md ("Metrics"). No label takes an address or a path: proto, code, reason,
 // status, kind (configured names) and slot (a process index) are all bounded.
 //
-// Cost: a scrape reads 12 KiB per block (processes x kGenerations blocks) and renders a few tens
+// Cost: a scrape reads 10 KiB per block (processes x kGenerations blocks) and renders a few tens
 // of KiB on the supervisor's loop; nothing in the server processes changes.
 //
 // Lifetime: the MetricsRegion is the Supervision's (app/supervision.h), mapped before the first
