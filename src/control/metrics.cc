@@ -32,6 +32,23 @@ std::string seconds_text(uint64_t us) {
   return s;
 }
 
+// The bounds' texts, made once per bucket set (a scrape writes each many times).
+const std::string* bound_texts(const uint64_t* bounds_us, size_t n) {
+  static const std::vector<std::string> latency = [] {
+    std::vector<std::string> v;
+    for (uint64_t b : http::kLatencyBoundsUs) v.push_back(seconds_text(b));
+    return v;
+  }();
+  static const std::vector<std::string> start = [] {
+    std::vector<std::string> v;
+    for (uint64_t b : http::kStartBoundsUs) v.push_back(seconds_text(b));
+    return v;
+  }();
+  if (bounds_us == http::kLatencyBoundsUs && n == latency.size()) return latency.data();
+  if (bounds_us == http::kStartBoundsUs && n == start.size()) return start.data();
+  return nullptr;
+}
+
 }  // namespace
 
 // --- the region -------------------------------------------------------------------------------
@@ -108,7 +125,15 @@ MetricsText::MetricsText(bool openmetrics) : openmetrics_(openmetrics) {
 
 std::string MetricsText::escape(std::string_view value) {
   std::string out;
-  out.reserve(value.size());
+  append_escaped(out, value);
+  return out;
+}
+
+void MetricsText::append_escaped(std::string& out, std::string_view value) {
+  if (value.find_first_of("\\\"\n") == std::string_view::npos) {
+    out += value;  // the usual case: nothing to escape
+    return;
+  }
   for (char c : value) {
     if (c == '\\') {
       out += "\\\\";
@@ -120,7 +145,6 @@ std::string MetricsText::escape(std::string_view value) {
       out += c;
     }
   }
-  return out;
 }
 
 void MetricsText::head(std::string_view name, std::string_view type, std::string_view help) {
@@ -130,8 +154,11 @@ void MetricsText::head(std::string_view name, std::string_view type, std::string
   std::string shown = name_;
   if (counter_ && !openmetrics_) shown += "_total";
   // Help texts are this file's own: no backslash, quote or newline to escape.
-  fmt::format_to(std::back_inserter(out_), "# HELP {} {}\n# TYPE {} {}\n", shown, help, shown,
-                 type);
+  for (std::string_view part :
+       {std::string_view("# HELP "), std::string_view(shown), std::string_view(" "), help,
+        std::string_view("\n# TYPE "), std::string_view(shown), std::string_view(" "), type,
+        std::string_view("\n")})
+    out_ += part;
 }
 
 void MetricsText::counter(std::string_view name, std::string_view help) {
@@ -158,7 +185,7 @@ void MetricsText::name_and_labels(std::string_view suffix, Labels labels, std::s
     first = false;
     out_ += k;
     out_ += "=\"";
-    out_ += escape(v);
+    append_escaped(out_, v);
     out_ += '"';
   }
   if (!le.empty()) {
@@ -170,31 +197,48 @@ void MetricsText::name_and_labels(std::string_view suffix, Labels labels, std::s
   out_ += "} ";
 }
 
+void MetricsText::number(uint64_t v) {
+  fmt::format_int text(v);
+  out_.append(text.data(), text.size());
+  out_ += '\n';
+}
+
 void MetricsText::value(Labels labels, uint64_t v) {
   name_and_labels(counter_ ? "_total" : "", labels);
-  fmt::format_to(std::back_inserter(out_), "{}\n", v);
+  number(v);
 }
 
 void MetricsText::value(Labels labels, int64_t v) {
   name_and_labels(counter_ ? "_total" : "", labels);
-  fmt::format_to(std::back_inserter(out_), "{}\n", v);
+  fmt::format_int text(v);
+  out_.append(text.data(), text.size());
+  out_ += '\n';
 }
 
 void MetricsText::series(Labels labels, const uint64_t* bounds_us, size_t n, const uint64_t* counts,
                          uint64_t sum_us) {
+  const std::string* texts = bound_texts(bounds_us, n);
   uint64_t cumulative = 0;
   for (size_t i = 0; i < n; ++i) {
     cumulative += counts[i];
-    name_and_labels("_bucket", labels, seconds_text(bounds_us[i]));
-    fmt::format_to(std::back_inserter(out_), "{}\n", cumulative);
+    if (texts) {
+      name_and_labels("_bucket", labels, texts[i]);
+    } else {
+      name_and_labels("_bucket", labels, seconds_text(bounds_us[i]));
+    }
+    number(cumulative);
   }
   cumulative += counts[n];
   name_and_labels("_bucket", labels, "+Inf");
-  fmt::format_to(std::back_inserter(out_), "{}\n", cumulative);
+  number(cumulative);
   name_and_labels("_count", labels);
-  fmt::format_to(std::back_inserter(out_), "{}\n", cumulative);
+  number(cumulative);
   name_and_labels("_sum", labels);
-  fmt::format_to(std::back_inserter(out_), "{}\n", static_cast<double>(sum_us) / 1e6);
+  if (sum_us == 0) {
+    out_ += "0\n";
+  } else {
+    fmt::format_to(std::back_inserter(out_), "{}\n", static_cast<double>(sum_us) / 1e6);
+  }
 }
 
 std::string MetricsText::finish() {

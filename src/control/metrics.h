@@ -106,9 +106,11 @@ class MetricsText {
       "application/openmetrics-text; version=1.0.0; charset=utf-8";
   // Backslash, double quote and newline escaped, as label values are quoted.
   static std::string escape(std::string_view value);
+  static void append_escaped(std::string& out, std::string_view value);
 
  private:
   void head(std::string_view name, std::string_view type, std::string_view help);
+  void number(uint64_t v);  // and a newline
   void name_and_labels(std::string_view suffix, Labels labels, std::string_view le = {});
   void series(Labels labels, const uint64_t* bounds_us, size_t n, const uint64_t* counts,
               uint64_t sum_us);
