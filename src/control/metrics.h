@@ -17,8 +17,9 @@
 // in docs/operate.md ("Metrics"). No label takes an address or a path: proto, code, reason,
 // status, kind (configured names) and slot (a process index) are all bounded.
 //
-// Cost: a scrape reads 10 KiB per block (processes x kGenerations blocks) and renders a few tens
-// of KiB on the supervisor's loop; nothing in the server processes changes.
+// Cost: a scrape reads 10 KiB per block (processes x kGenerations blocks) and renders about 8 KiB
+// (6 KiB more a worker kind) on the supervisor's loop; the server processes do nothing for it
+// (docs/performance.md, "Scraping /metrics").
 //
 // Lifetime: the MetricsRegion is the Supervision's (app/supervision.h), mapped before the first
 // fork and unmapped when the supervisor returns; the route borrows it and the supervisor and
