@@ -13,6 +13,8 @@
 * A server process killed with SIGKILL: the respawn goes on counting in the same block, so no
   counter goes backwards; the dead process's open connection no longer counts; the slot's
   restart is counted.
+* HTTP/3 (gtlsclient, tests/e2e/h3util.py): three requests on one QUIC connection are counted
+  under proto="3", with their handshake, latencies and response bytes.
 """
 import http.client
 import json
@@ -241,3 +243,23 @@ def test_a_respawned_process_goes_on_counting_and_its_dead_connections_do_not(se
     assert requests_by_code(after) == {"200": 6}
     assert c.get("/") == 200
     poll(lambda: requests_by_code(c.scrape()) == {"200": 7}, ceiling(5), what="7 counted")
+
+
+def test_http3_requests_are_counted_under_proto_3(server_factory, tmp_path):
+    from h3util import GTLSCLIENT, h3_fetch, start_h3
+    if not os.access(GTLSCLIENT, os.X_OK):
+        pytest.skip(f"{GTLSCLIENT} is missing (scripts/deps.sh test installs ngtcp2-client)")
+    srv = start_h3(server_factory, 2, extra="[admin]\nlisten = \"127.0.0.1:0\"\n")
+    c = Corral(srv, srv.state_dir)
+    f = h3_fetch(srv.tls_port, "/hello", requests=3)
+    assert f.ok, f.output[-3000:]
+    poll(lambda: value(c.scrape(), "corral_http_requests_total", proto="3", code="200") == 3,
+         ceiling(5), what="3 HTTP/3 requests counted",
+         detail=lambda: str(requests_by_code(c.scrape())))
+    body = c.scrape()
+    promtool(body)
+    assert requests_by_code(body) == {"200": 3}  # none over HTTP/1.1
+    assert value(body, "corral_http_connections_accepted_total", proto="3") == 1
+    assert value(body, "corral_http_response_ttfb_seconds_count", proto="3") == 3
+    assert value(body, "corral_http_request_duration_seconds_count", proto="3") == 3
+    assert value(body, "corral_http_response_bytes_total", proto="3") == 3 * len(b"hello")
