@@ -348,8 +348,8 @@ class Manager {
   static constexpr size_t kKindStartSamples = 256;
   struct KindSummary {
     std::string name;
-    size_t live = 0, starting = 0, running = 0, stopping = 0, queued = 0, failed = 0,
-           suspended = 0, spares = 0, stale = 0;
+    size_t live = 0, starting = 0, running = 0, stopping = 0, queued = 0, failed = 0, suspended = 0,
+           spares = 0, stale = 0;
     std::string version;
     bool rolling = false;
     std::vector<uint32_t> start_ms;  // the last starts' latencies, oldest first
@@ -487,7 +487,7 @@ class Manager {
   std::vector<std::unique_ptr<Kind>> kinds_;
   std::unique_ptr<http::Router> router_;  // every kind's routes (manager_config.cc)
   std::map<std::string, std::unique_ptr<Slot>, std::less<>> slots_;
-  KindLogs kind_logs_;                                       // the kinds' log files (kind_log.h)
+  KindLogs kind_logs_;            // the kinds' log files (kind_log.h)
   bool limits_at_start_ = false;  // some kind had a limit at create(): containment is set up
   std::map<std::string, uint64_t, std::less<>> recoveries_;  // address -> last lost-link recovery
   std::map<uint64_t, ChangeCallback> watchers_;
