@@ -63,7 +63,7 @@ def note_worker_pid(srv, note):
     """GET /note/<note>/ through the server process; the worker's pid its page shows."""
     status, body = get(srv, f"/note/{note}/", timeout=15.0)
     assert status == 200, body[:500]
-    m = re.search(rb"pid (\d+)", body)
+    m = re.search(rb'pid\s*<span id="pid">(\d+)</span>', body)
     assert m, body[:500]
     return int(m.group(1))
 
