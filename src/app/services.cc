@@ -60,9 +60,29 @@ SupervisorServices::SupervisorServices(core::EventLoop& loop, core::Logger& log,
   };
   control_ = std::make_unique<http::Server>(loop, log, opts);
   http::SiteBuilder site;
-  control::ProcessReport reported = [reports](int slot) {
+  // What each server process last reported, and what its metrics block counts now: requests
+  // (every protocol, every code) and open connections, for GET /processes and the status page.
+  control::ProcessReport reported = [reports, metrics, &supervisor](int slot) {
     auto it = reports->by_slot.find(slot);
-    return it == reports->by_slot.end() ? nlohmann::json() : it->second;
+    nlohmann::json extra = it == reports->by_slot.end() ? nlohmann::json() : it->second;
+    if (!metrics) return extra;
+    for (const auto& st : supervisor.state()) {
+      if (st.index != slot) continue;
+      const http::ProcessMetrics* b = metrics->block(slot, st.generation);
+      if (!b) break;
+      uint64_t requests = 0;
+      int64_t open = 0;
+      for (const auto& p : b->proto) {
+        for (uint64_t n : p.requests) requests += http::load(n);
+      }
+      for (int64_t n : b->gauges.connections_open) open += http::load(n);
+      if (!extra.is_object()) extra = nlohmann::json::object();
+      extra["http_requests"] = requests;
+      extra["connections_open"] = open;
+      extra["websockets_open"] = http::load(b->gauges.websockets_open);
+      break;
+    }
+    return extra;
   };
   control::add_process_routes(site, supervisor, reported);
   if (manager_) {

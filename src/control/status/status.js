@@ -99,21 +99,23 @@ function renderProcesses(v) {
   const p = v.processes || { processes: [], draining: [] };
   const now = Date.now();
   const rows = p.processes.map((s) => {
-    const proxied = s.proxy ? rate(s.index, s.proxy.requests, now) : null;
+    const total = s.http_requests ?? (s.proxy ? s.proxy.requests : null);
+    const perSecond = total === null ? null : rate(s.index, total, now);
     return el('tr', { 'data-slot': String(s.index) },
       el('td', null, s.index), el('td', null, s.pid || '—'), el('td', null, status(s.status)),
       el('td', null, s.cpu >= 0 ? s.cpu : '—'), el('td', null, s.generation),
       s.pid ? ageCell(s.started_at * 1000) : el('td', null, '—'),
       el('td', null, s.restarts), el('td', null, s.last_exit || '—'),
       el('td', null, s.backoff_ms ? `${s.backoff_ms} ms` : '—'),
-      el('td', null, proxied === null ? '—' : proxied.toFixed(1)),
+      el('td', null, perSecond === null ? '—' : perSecond.toFixed(1)),
+      el('td', null, s.connections_open ?? '—'),
       el('td', null, h3(s.quic)));
   });
   for (const d of p.draining)
     rows.push(el('tr', null, el('td', null, d.index), el('td', null, d.pid),
                  el('td', null, status(d.status)), el('td', null, '—'),
                  el('td', null, d.generation), ageCell(d.since * 1000),
-                 el('td', { colSpan: 5, class: 'muted' }, 'an older generation, draining')));
+                 el('td', { colSpan: 6, class: 'muted' }, 'an older generation, draining')));
   fill($('processes').tBodies[0], rows);
 }
 
