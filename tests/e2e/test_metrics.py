@@ -158,6 +158,10 @@ def test_counts_match_a_known_load_and_promtool_accepts_them(server_factory, tmp
     promtool(body)
     assert requests_by_code(body) == want  # exactly: nothing more came
     total = sum(want.values())
+    # GET /processes (and the status page) reads the same blocks: each process's requests.
+    procs = control_get(c.state, "/processes")["processes"]
+    assert sum(p["http_requests"] for p in procs) == total, procs
+    assert all("connections_open" in p and "websockets_open" in p for p in procs), procs
     assert value(body, "corral_http_request_duration_seconds_count", proto="1.1") == total
     assert value(body, "corral_http_response_ttfb_seconds_count", proto="1.1") == total
     assert value(body, "corral_http_request_duration_seconds_bucket", proto="1.1",
