@@ -61,8 +61,7 @@ int serve_single(core::Logger& log, const Options& options, SystemdContext& syst
   if (!systemd.passed.empty() && systemd.passed[0]) {
     // systemd's socket (app/systemd.h): no bind, no claim.
     auto bound = core::local_address(systemd.passed[0].get());
-    log.info("listening", "address={} from=systemd",
-             bound ? bound->to_string() : std::string("?"));
+    log.info("listening", "address={} from=systemd", bound ? bound->to_string() : std::string("?"));
     run.adopt_fds.push_back(systemd.passed[0].release());
   } else {
     // Without SO_REUSEPORT the bind is exclusive already; the claim names who holds the address

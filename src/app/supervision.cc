@@ -161,8 +161,9 @@ bool Supervision::start_generation(std::shared_ptr<fanout::ListenerSet>& set,
   if (quic_ && fresh->tls_port != generation_->tls_port)
     log_.warn("reload_partial", "reason=\"the HTTP/3 port changes only on restart\"");
   if (f.watch != current.watch)
-    log_.warn("reload_ignored", "key=watch reason=\"watching the code directories starts or "
-                                "stops only on restart\"");
+    log_.warn("reload_ignored",
+              "key=watch reason=\"watching the code directories starts or "
+              "stops only on restart\"");
   if (metrics_)
     for (const auto& kind : f.kinds) (void)metrics_->add_kind(kind.name);
   generation_ = std::move(fresh);

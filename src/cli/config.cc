@@ -676,12 +676,29 @@ ConfigErrors load_config(const std::string& path, Config& c) {
   toml::table root;
   if (!parse_toml(path, root, errors)) return errors;
   Reader r(root, errors);
-  r.check_unknown(
-      root, "",
-      {"listen", "root", "processes", "pin", "max_draining_generations", "state_dir", "workers",
-       "log_level", "log_format", "access_log", "access_log_format", "allowed_hosts", "relays",
-       "limits", "timeouts", "server_name", "referrer_policy", "tls", "http3", "process_header",
-       "serve_dotfiles", "admin"});
+  r.check_unknown(root, "",
+                  {"listen",
+                   "root",
+                   "processes",
+                   "pin",
+                   "max_draining_generations",
+                   "state_dir",
+                   "workers",
+                   "log_level",
+                   "log_format",
+                   "access_log",
+                   "access_log_format",
+                   "allowed_hosts",
+                   "relays",
+                   "limits",
+                   "timeouts",
+                   "server_name",
+                   "referrer_policy",
+                   "tls",
+                   "http3",
+                   "process_header",
+                   "serve_dotfiles",
+                   "admin"});
   r.string(root, "listen", c.listen);
   if (auto p = core::parse_address(c.listen); !p)
     errors.problems.push_back(fmt::format("listen: {}", p.error().reason));

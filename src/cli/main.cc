@@ -45,7 +45,7 @@ struct Flags {
   bool no_http3 = false;
   bool no_access_log = false;
   std::string log_format, access_log;  // --log-format text|json, --access-log PATH
-  int processes = -1;  // -1: not given
+  int processes = -1;                  // -1: not given
   bool pin = false;
   bool serve_dotfiles = false;
   bool watch = false;             // --watch: roll out each saved change of a kind's code
@@ -337,13 +337,15 @@ void add_serve_options(CLI::App& app, Flags& flags) {
                         "HTTP/3 steering: auto (default), bpf, forward or off");
   serve_cmd->add_option("--retry", flags.retry, "HTTP/3 Retry: auto (default), on or off");
   serve_cmd->add_flag("--no-http3", flags.no_http3, "No HTTP/3 on the TLS listener's port");
-  serve_cmd->add_option("--allowed-host", flags.allowed_hosts,
-                        "A Host to serve besides the loopback names (repeatable; added to "
-                        "allowed_hosts)")
+  serve_cmd
+      ->add_option("--allowed-host", flags.allowed_hosts,
+                   "A Host to serve besides the loopback names (repeatable; added to "
+                   "allowed_hosts)")
       ->allow_extra_args(false);
-  serve_cmd->add_option("--relay", flags.relays,
-                        "A reverse proxy (address or CIDR) whose forwarding headers are believed "
-                        "(repeatable; added to relays)")
+  serve_cmd
+      ->add_option("--relay", flags.relays,
+                   "A reverse proxy (address or CIDR) whose forwarding headers are believed "
+                   "(repeatable; added to relays)")
       ->allow_extra_args(false);
 }
 

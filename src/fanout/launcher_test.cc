@@ -74,7 +74,8 @@ TEST_F(ForkLauncherTest, TheChildKeepsItsDescriptorsAndExitsWithMainsValue) {
   ASSERT_TRUE(pidfd.ok()) << pidfd.error().reason;
   auto exit = wait_exit(launcher, pidfd->get());
   ASSERT_TRUE(exit);
-  EXPECT_EQ(exit->code, 40) << "bits: 1 stray open, 2 own fd closed, 4 ready cloexec, 8 mask is not SIGUSR1 alone";
+  EXPECT_EQ(exit->code, 40)
+      << "bits: 1 stray open, 2 own fd closed, 4 ready cloexec, 8 mask is not SIGUSR1 alone";
   EXPECT_EQ(exit->signo, 0);
   char b = 0;
   EXPECT_EQ(::read(ready->ours.get(), &b, 1), 1);

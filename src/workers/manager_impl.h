@@ -167,7 +167,7 @@ struct Manager::Worker final : core::IoHandler {
   bool idle = false;
   uint64_t idle_since = 0;
   uint64_t ready_at = 0;
-  uint64_t start_ms = 0;  // loop time of its `start` (begin_start)
+  uint64_t start_ms = 0;         // loop time of its `start` (begin_start)
   bool served = false;           // reported busy at least once since `ready`
   bool counts_starting = false;  // counted in starting_ (until `ready` or the exit)
   Slot* claimed_by = nullptr;    // a queued start waiting for this worker's exit
