@@ -7,7 +7,10 @@
 # (ngtcp2-client), chromium, pgrep (procps), python3 with pytest/requests/websockets, node + npm,
 # clang's libFuzzer runtime, systemd-analyze (systemd), logrotate, dpkg-shlibdeps (dpkg-dev) and
 # file for cpack, promtool (prometheus: e2e.test_metrics checks /metrics with it) and
-# python3-prometheus-client (its strict OpenMetrics parser reads /metrics' OpenMetrics body there).
+# python3-prometheus-client (its strict OpenMetrics parser reads /metrics' OpenMetrics body there),
+# etcd (etcd-server, etcdctl from etcd-client) and haproxy for the cluster tests, pebble (an ACME
+# server with its test CA) for automatic HTTPS, nghttp/h2load (nghttp2-client) and python3-h2 for
+# the HTTP/2 tests.
 # A test that needs a program not listed here fails on a fresh machine: add it here.
 set -Eeuo pipefail
 . "$(dirname "$0")/steps.sh"
@@ -17,10 +20,10 @@ trap 'on_error $LINENO' ERR
 build=(cmake ninja-build g++ pkg-config python3 node-llhttp nlohmann-json3-dev libtomlplusplus-dev
        libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libsqlite3-dev
        libgnutls28-dev zlib1g-dev libngtcp2-dev libngtcp2-crypto-gnutls-dev libnghttp3-dev
-       libbpf-dev clang)
+       libbpf-dev clang libnghttp2-dev)
 test=(libclang-rt-14-dev ngtcp2-client chromium curl openssl procps wrk jq python3 python3-pytest
       python3-requests python3-websockets systemd logrotate dpkg-dev file prometheus
-      python3-prometheus-client)
+      python3-prometheus-client etcd-server etcd-client haproxy pebble nghttp2-client python3-h2)
 bench=(nginx-light strace ngtcp2-server)
 
 want=("${build[@]}")
