@@ -194,6 +194,28 @@ core::Result<std::shared_ptr<Credentials>> Credentials::load(const std::string& 
   return c;
 }
 
+core::Result<std::shared_ptr<Credentials>> Credentials::from_memory(const std::string& cert_pem,
+                                                                    const std::string& key_pem,
+                                                                    const std::string& label) {
+  std::shared_ptr<Credentials> c(new Credentials());
+  c->cert_path_ = label;
+  int rc = gnutls_certificate_allocate_credentials(&c->cred_);
+  if (rc != 0) return tls_error("credentials", rc);
+  gnutls_datum_t cert{reinterpret_cast<unsigned char*>(const_cast<char*>(cert_pem.data())),
+                      static_cast<unsigned>(cert_pem.size())};
+  gnutls_datum_t key{reinterpret_cast<unsigned char*>(const_cast<char*>(key_pem.data())),
+                     static_cast<unsigned>(key_pem.size())};
+  rc = gnutls_certificate_set_x509_key_mem2(c->cred_, &cert, &key, GNUTLS_X509_FMT_PEM, nullptr, 0);
+  if (rc < 0) return tls_error(label, rc);
+  gnutls_datum_t der{};
+  rc = gnutls_certificate_get_crt_raw(c->cred_, 0, 0, &der);
+  if (rc != 0) return tls_error(label, rc);
+  auto pin = spki_pin(der);
+  if (!pin) return pin.error();
+  c->spki_ = std::move(pin.value());
+  return c;
+}
+
 Credentials::~Credentials() {
   if (cred_) gnutls_certificate_free_credentials(cred_);
 }

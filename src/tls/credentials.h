@@ -18,6 +18,10 @@ class Credentials {
  public:
   static core::Result<std::shared_ptr<Credentials>> load(const std::string& cert_path,
                                                          const std::string& key_path);
+  // The same from PEM text in memory; `label` stands for the path in cert_path() and errors.
+  static core::Result<std::shared_ptr<Credentials>> from_memory(const std::string& cert_pem,
+                                                                const std::string& key_pem,
+                                                                const std::string& label);
   ~Credentials();
   Credentials(const Credentials&) = delete;
   Credentials& operator=(const Credentials&) = delete;

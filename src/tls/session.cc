@@ -1,5 +1,7 @@
 #include "tls/session.h"
 
+#include "tls/alpn_challenge.h"
+
 #include <errno.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -21,9 +23,10 @@ void SessionDelete::operator()(Session* s) const {
 
 core::Result<std::shared_ptr<const ServerConfig>> ServerConfig::create(
     std::shared_ptr<Credentials> credentials, std::shared_ptr<TicketKey> ticket_key,
-    const char* priority) {
+    const char* priority, std::shared_ptr<AcmeBoard> acme) {
   std::shared_ptr<ServerConfig> c(new ServerConfig());
   c->credentials_ = std::move(credentials);
+  c->acme_ = std::move(acme);
   c->ticket_key_ = std::move(ticket_key);
   const char* where = nullptr;
   if (int rc = gnutls_priority_init2(&c->priority_, priority, &where, 0); rc != 0)
@@ -36,16 +39,79 @@ ServerConfig::~ServerConfig() {
   if (priority_) gnutls_priority_deinit(priority_);
 }
 
+std::shared_ptr<Credentials> ServerConfig::current_credentials() const {
+  if (!acme_) return credentials_;
+  uint64_t version = acme_->certificate_version();
+  if (version != acme_version_) {
+    acme_version_ = version;  // a file that does not load is not retried until the next version
+    if (auto fresh = Credentials::load(acme_->cert_path(), acme_->key_path()))
+      acme_credentials_ = std::move(fresh.value());
+  }
+  return acme_credentials_ ? acme_credentials_ : credentials_;
+}
+
+std::shared_ptr<Credentials> ServerConfig::challenge_credentials(
+    const std::string& domain, const std::string& key_authorization) const {
+  std::string key = domain + " " + key_authorization;
+  if (auto it = challenges_.find(key); it != challenges_.end()) return it->second;
+  auto made = make_alpn_challenge_credentials(domain, key_authorization);
+  if (!made) return nullptr;
+  if (challenges_.size() >= 16) challenges_.clear();  // a validation lasts seconds
+  challenges_[key] = made.value();
+  return made.value();
+}
+
+int Session::on_client_hello(gnutls_session_t session) {
+  auto* s = static_cast<Session*>(gnutls_session_get_ptr(session));
+  const AcmeBoard* board = s->config_->acme();
+  if (s->alpn() == kAcmeTlsAlpn) {
+    char name[256];
+    size_t len = sizeof name;
+    unsigned type = 0;
+    if (gnutls_server_name_get(session, name, &len, &type, 0) != 0 || type != GNUTLS_NAME_DNS) {
+      s->error_ = "acme-tls/1 without a server name";
+      return GNUTLS_E_NO_CERTIFICATE_FOUND;
+    }
+    std::string domain(name, len);
+    auto answer = board->tls_alpn01(domain);
+    if (!answer) {
+      s->error_ = "acme-tls/1 for " + domain + ": no challenge published";
+      return GNUTLS_E_NO_CERTIFICATE_FOUND;
+    }
+    auto cred = s->config_->challenge_credentials(domain, *answer);
+    if (!cred) return GNUTLS_E_NO_CERTIFICATE_FOUND;
+    s->credentials_ = std::move(cred);
+    s->challenge_ = true;
+    return gnutls_credentials_set(session, GNUTLS_CRD_CERTIFICATE, s->credentials_->get());
+  }
+  if (board->refuse_until_issued() && board->certificate_version() == 0) {
+    s->error_ = "no ACME certificate yet";
+    return GNUTLS_E_NO_CERTIFICATE_FOUND;
+  }
+  return 0;
+}
+
 core::Result<SessionPtr> Session::accept(const ServerConfig& config, int fd) {
   SessionPtr s(new Session());
+  s->config_ = &config;
+  s->credentials_ = config.current_credentials();
   int rc = gnutls_init(&s->session_, GNUTLS_SERVER | GNUTLS_NONBLOCK | GNUTLS_NO_SIGNAL);
   if (rc == 0) rc = gnutls_priority_set(s->session_, config.priority());
   if (rc == 0)
-    rc = gnutls_credentials_set(s->session_, GNUTLS_CRD_CERTIFICATE, config.credentials().get());
+    rc = gnutls_credentials_set(s->session_, GNUTLS_CRD_CERTIFICATE, s->credentials_->get());
   if (rc == 0) {
-    gnutls_datum_t proto{reinterpret_cast<unsigned char*>(const_cast<char*>(kHttp11)),
-                         sizeof kHttp11 - 1};
-    rc = gnutls_alpn_set_protocols(s->session_, &proto, 1, GNUTLS_ALPN_SERVER_PRECEDENCE);
+    // "acme-tls/1" after "http/1.1": the server's order wins, so only a client that offers it
+    // alone (a CA's validation, RFC 8737) gets it.
+    gnutls_datum_t protos[2] = {
+        {reinterpret_cast<unsigned char*>(const_cast<char*>(kHttp11)), sizeof kHttp11 - 1},
+        {reinterpret_cast<unsigned char*>(const_cast<char*>(kAcmeTlsAlpn)),
+         sizeof kAcmeTlsAlpn - 1}};
+    rc = gnutls_alpn_set_protocols(s->session_, protos, config.acme() ? 2 : 1,
+                                   GNUTLS_ALPN_SERVER_PRECEDENCE);
+  }
+  if (rc == 0 && config.acme()) {
+    gnutls_session_set_ptr(s->session_, s.get());
+    gnutls_handshake_set_post_client_hello_function(s->session_, &Session::on_client_hello);
   }
   if (rc == 0 && config.ticket_key())
     rc = gnutls_session_ticket_enable_server(s->session_, config.ticket_key()->get());
@@ -108,6 +174,12 @@ Session::~Session() {
 Session::Step Session::handshake() {
   for (;;) {
     int rc = gnutls_handshake(session_);
+    if (rc == GNUTLS_E_SUCCESS && challenge_) {
+      // RFC 8737 §3: a validation handshake carries no application data; the CA closes it.
+      error_ = "acme-tls/1 validation answered";
+      bye();
+      return Step::kFailed;
+    }
     if (rc == GNUTLS_E_SUCCESS) return Step::kDone;
     if (rc == GNUTLS_E_AGAIN)
       return gnutls_record_get_direction(session_) == 1 ? Step::kWantWrite : Step::kWantRead;

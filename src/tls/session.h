@@ -3,7 +3,10 @@
 // ServerConfig is what every connection of a process shares: the credentials (certificate chain
 // and key), the session-ticket key (the same in every process, so a ticket from one resumes on
 // another), the priority string (TLS 1.3 and 1.2, AEAD ciphers only, ECDHE) and ALPN "http/1.1".
-// It is built in the supervisor before the fork and is read-only afterwards.
+// It is built in the supervisor before the fork and is read-only afterwards, but for ACME: with an
+// AcmeBoard (tls/acme_board.h) it also offers ALPN "acme-tls/1" and answers TLS-ALPN-01
+// validations with a challenge certificate, and it takes the board's newer certificate for the
+// next handshakes (current_credentials(), checked once per accepted connection: one atomic load).
 //
 // Session is one connection's TLS state over a socket it does not own. handshake(), read() and
 // send() never block; read() and send() keep the ::read()/::send() conventions (bytes, 0 at the
@@ -19,11 +22,13 @@
 #include <gnutls/gnutls.h>
 #include <sys/types.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
 
 #include "core/result.h"
+#include "tls/acme_board.h"
 #include "tls/credentials.h"
 #include "tls/session_ptr.h"
 
@@ -40,7 +45,7 @@ class ServerConfig {
   // are shared with HTTP/3's contexts in the same process.
   static core::Result<std::shared_ptr<const ServerConfig>> create(
       std::shared_ptr<Credentials> credentials, std::shared_ptr<TicketKey> ticket_key,
-      const char* priority = kDefaultPriority);
+      const char* priority = kDefaultPriority, std::shared_ptr<AcmeBoard> acme = nullptr);
   ~ServerConfig();
   ServerConfig(const ServerConfig&) = delete;
   ServerConfig& operator=(const ServerConfig&) = delete;
@@ -48,9 +53,22 @@ class ServerConfig {
   const Credentials& credentials() const { return *credentials_; }
   const TicketKey* ticket_key() const { return ticket_key_.get(); }
   gnutls_priority_t priority() const { return priority_; }
+  const AcmeBoard* acme() const { return acme_.get(); }
+
+  // The credentials a new handshake gets: the configured ones, or the board's newest certificate
+  // once one was published (loaded from its files when the version moves; a file that does not
+  // load keeps the previous credentials). The mutable state is this process's alone.
+  std::shared_ptr<Credentials> current_credentials() const;
+  // The TLS-ALPN-01 certificate for `domain` answering `key_authorization` (made once, kept).
+  std::shared_ptr<Credentials> challenge_credentials(const std::string& domain,
+                                                     const std::string& key_authorization) const;
 
  private:
   ServerConfig() = default;
+  std::shared_ptr<AcmeBoard> acme_;
+  mutable std::shared_ptr<Credentials> acme_credentials_;
+  mutable uint64_t acme_version_ = 0;
+  mutable std::map<std::string, std::shared_ptr<Credentials>> challenges_;
   std::shared_ptr<Credentials> credentials_;
   std::shared_ptr<TicketKey> ticket_key_;
   gnutls_priority_t priority_ = nullptr;
@@ -90,6 +108,12 @@ class Session {
  private:
   Session() = default;
   ssize_t fail(int rc);
+  // GnuTLS's post-client-hello hook (ACME only): ALPN and SNI are known, the certificate is not
+  // chosen yet, so an "acme-tls/1" validation gets its challenge certificate here.
+  static int on_client_hello(gnutls_session_t session);
+  const ServerConfig* config_ = nullptr;
+  std::shared_ptr<Credentials> credentials_;  // what gnutls_credentials_set() borrows
+  bool challenge_ = false;                    // an acme-tls/1 validation handshake
   // GnuTLS's pull function: GnuTLS reads a record's 5-byte header and its body in two calls;
   // one recv() into this buffer serves both (and the next records that came with them).
   static ssize_t pull(gnutls_transport_ptr_t self, void* buf, size_t n);
