@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <memory>
 
@@ -172,11 +173,14 @@ class ClientTls {
     } while (r == GNUTLS_E_AGAIN || r == GNUTLS_E_INTERRUPTED);
     return r;
   }
-  ssize_t recv(char* p, size_t n) {
+  // GnuTLS also answers AGAIN after a post-handshake message (TLS 1.3's session tickets): read
+  // again, until `deadline` (the socket's own timeout gives AGAIN too).
+  ssize_t recv(char* p, size_t n, std::chrono::steady_clock::time_point deadline) {
     ssize_t r;
     do {
       r = gnutls_record_recv(session_, p, n);
-    } while (r == GNUTLS_E_INTERRUPTED);
+    } while (r == GNUTLS_E_INTERRUPTED ||
+             (r == GNUTLS_E_AGAIN && std::chrono::steady_clock::now() < deadline));
     if (r == GNUTLS_E_PREMATURE_TERMINATION) return 0;
     return r;
   }
@@ -275,8 +279,9 @@ core::Result<Response> http_request(const Request& request, const HttpClientOpti
   }
   std::string in;
   char buf[16384];
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.timeout_ms);
   for (;;) {
-    ssize_t n = u.tls ? tls.recv(buf, sizeof buf) : ::recv(fd->get(), buf, sizeof buf, 0);
+    ssize_t n = u.tls ? tls.recv(buf, sizeof buf, deadline) : ::recv(fd->get(), buf, sizeof buf, 0);
     if (n == 0) break;
     if (n < 0) {
       if (!u.tls && errno == EINTR) continue;

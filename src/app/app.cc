@@ -151,6 +151,17 @@ core::Result<void> build_site(Options& options, core::Logger& log,
   http::SiteBuilder builder;
   auto slot = std::make_shared<workers::ResolverSlot>();
   if (!options.kinds.empty()) workers::add_proxy_routes(builder, options.kinds, slot, log);
+  if (options.acme_board) {
+    // A literal path: it wins over the application's "{param}" and "*" routes (http/router.h).
+    builder.route("GET /.well-known/acme-challenge/{token}",
+                  [board = options.acme_board](http::Request& req) {
+                    auto answer = board->http01(req.param("token"));
+                    if (!answer) return http::Response::text("not found\n", 404);
+                    auto r = http::Response::text(std::move(*answer));
+                    r.set_content_type_static("application/octet-stream");
+                    return r;
+                  });
+  }
   if (routes) routes(builder);
   auto site = builder.build();
   if (!site) return core::Error{site.error().code, site.error().reason};

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "acme/renewer.h"
 #include "control/admin.h"
 #include "core/log.h"
 #include "core/result.h"
@@ -32,6 +33,7 @@
 #include "http/server.h"
 #include "http/site.h"
 #include "quic/server.h"
+#include "tls/acme_board.h"
 #include "tls/session.h"
 #include "workers/manager.h"
 #include "workers/proxy_routes.h"
@@ -58,6 +60,11 @@ struct Options {
   std::shared_ptr<const tls::ServerConfig> tls;
   std::shared_ptr<tls::Credentials> credentials;
   std::shared_ptr<tls::TicketKey> ticket_key;
+  // [tls] acme: the board the supervisor's renewer publishes to (challenge answers, the
+  // certificate's version; made once, before anything forks) and the renewer's options. The TLS
+  // config (`tls`) was made with the same board. Under a supervisor only.
+  std::shared_ptr<tls::AcmeBoard> acme_board;
+  std::optional<acme::RenewerOptions> acme;
   bool http3 = true;
   std::string steering = "auto";  // quic::parse_steering_request
   std::string retry = "auto";     // as configured, for the log; the mode is in http3_options
@@ -100,7 +107,9 @@ struct Options {
 };
 
 // The site every server process serves: the proxy routes of `options.kinds` (any method; a path
-// that matches a kind's pattern goes to the worker of "<kind>:<param>..."), then what `routes`
+// that matches a kind's pattern goes to the worker of "<kind>:<param>..."), with
+// `options.acme_board` the HTTP-01 answers on GET /.well-known/acme-challenge/{token} (from the
+// board, 404 for a token it does not hold), then what `routes`
 // adds (the application's own routes, authenticators, hooks). `log` outlives the site (the proxy
 // routes log to it: authorize_failed). Sets options.site and
 // options.resolver_slot; the error lists the routes' problems.

@@ -179,8 +179,14 @@ std::shared_ptr<void> Supervision::start_services(core::EventLoop& loop,
   struct Started {
     std::shared_ptr<SupervisorServices> services;
     std::unique_ptr<SystemdReport> systemd;
+    // [tls] acme: its thread starts after the first fork; destroying it joins the thread.
+    std::unique_ptr<acme::Renewer> acme;
   };
   auto started = std::make_shared<Started>();
+  if (const Options& o = generation_->options; o.acme && o.acme_board) {
+    started->acme = std::make_unique<acme::Renewer>(*o.acme, o.acme_board);
+    started->acme->start();
+  }
   started->services = std::make_shared<SupervisorServices>(
       loop, log_, supervisor, *generation_, state_dir_, reports_, manager_, metrics_.get());
   services_ = started->services.get();

@@ -580,6 +580,65 @@ void read_timeouts(Reader& r, const toml::node& node, Config& c, ConfigErrors& e
   r.integer(*t, "timeouts.", "linger_ms", s.linger_timeout_ms, 0, kDay);
 }
 
+// [tls] acme = { ... }
+void read_acme(Reader& r, const toml::node& node, Config& c, ConfigErrors& errors) {
+  auto* t = node.as_table();
+  if (!t) {
+    errors.problems.push_back("tls.acme: expected a table");
+    return;
+  }
+  r.check_unknown(*t, "tls.acme.",
+                  {"directory", "email", "domains", "ca_file", "challenges", "until_issued"});
+  AcmeConfig a;
+  for (auto [key, out] :
+       {std::pair{"directory", &a.directory}, std::pair{"email", &a.email},
+        std::pair{"ca_file", &a.ca_file}, std::pair{"until_issued", &a.until_issued}}) {
+    if (auto* v = t->get(key)) {
+      if (v->is_string())
+        *out = *v->value<std::string>();
+      else
+        errors.problems.push_back(fmt::format("tls.acme.{}: expected a string", key));
+    }
+  }
+  for (auto [key, out] :
+       {std::pair{"domains", &a.domains}, std::pair{"challenges", &a.challenges}}) {
+    auto* v = t->get(key);
+    if (!v) continue;
+    auto* arr = v->as_array();
+    if (!arr) {
+      errors.problems.push_back(fmt::format("tls.acme.{}: expected an array of strings", key));
+      continue;
+    }
+    out->clear();
+    for (size_t i = 0; i < arr->size(); ++i) {
+      if (auto s = (*arr)[i].value<std::string>(); s && !s->empty())
+        out->push_back(*s);
+      else
+        errors.problems.push_back(fmt::format("tls.acme.{}[{}]: expected a string", key, i));
+    }
+  }
+  if (a.directory.rfind("https://", 0) != 0 && a.directory.rfind("http://", 0) != 0)
+    errors.problems.push_back("tls.acme.directory: expected the CA's directory URL (https://...)");
+  if (a.domains.empty())
+    errors.problems.push_back("tls.acme.domains: expected at least one domain");
+  for (const auto& d : a.domains)
+    if (d.find_first_of("/ *:") != std::string::npos)
+      errors.problems.push_back(fmt::format("tls.acme.domains: \"{}\" is not a DNS name", d));
+  if (a.challenges.empty())
+    errors.problems.push_back("tls.acme.challenges: expected \"http-01\" and/or \"tls-alpn-01\"");
+  for (const auto& ch : a.challenges)
+    if (ch != "http-01" && ch != "tls-alpn-01")
+      errors.problems.push_back(
+          fmt::format("tls.acme.challenges: \"{}\": expected \"http-01\" or \"tls-alpn-01\"", ch));
+  if (a.until_issued != "dev" && a.until_issued != "refuse")
+    errors.problems.push_back("tls.acme.until_issued: expected \"dev\" or \"refuse\"");
+  if (!c.tls.cert.empty() || !c.tls.key.empty())
+    errors.problems.push_back("tls.acme: set either acme or cert and key, not both");
+  if (c.tls.listen.empty())
+    errors.problems.push_back("tls.acme: needs tls.listen (the port the certificate is for)");
+  c.tls.acme = std::move(a);
+}
+
 // [tls]
 void read_tls(Reader& r, const toml::node& node, Config& c, ConfigErrors& errors) {
   auto* t = node.as_table();
@@ -587,7 +646,7 @@ void read_tls(Reader& r, const toml::node& node, Config& c, ConfigErrors& errors
     errors.problems.push_back("tls: expected a table");
     return;
   }
-  r.check_unknown(*t, "tls.", {"listen", "cert", "key"});
+  r.check_unknown(*t, "tls.", {"listen", "cert", "key", "acme"});
   for (auto [key, out] : {std::pair{"listen", &c.tls.listen}, std::pair{"cert", &c.tls.cert},
                           std::pair{"key", &c.tls.key}}) {
     auto* v = t->get(key);
@@ -603,6 +662,7 @@ void read_tls(Reader& r, const toml::node& node, Config& c, ConfigErrors& errors
       errors.problems.push_back(fmt::format("tls.listen: {}", p.error().reason));
   if (c.tls.cert.empty() != c.tls.key.empty())
     errors.problems.push_back("tls.cert, tls.key: set both (or neither: the dev certificate)");
+  if (auto* acme = t->get("acme")) read_acme(r, *acme, c, errors);
 }
 
 // [http3]

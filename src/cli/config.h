@@ -67,10 +67,22 @@ struct WorkerBounds {
 
 // [tls]: HTTPS on TCP. An empty listen: no TLS listener. Empty cert and key: the dev certificate
 // in <state_dir>/tls (made when absent).
+// [tls] acme = { directory, email, domains, ca_file, challenges, until_issued }: certificates
+// from an ACME CA, obtained and renewed by the supervisor (docs/tls.md). Instead of cert and key.
+struct AcmeConfig {
+  std::string directory;  // the CA's directory URL (https://...)
+  std::string email;      // the account's contact ("": none)
+  std::vector<std::string> domains;
+  std::string ca_file;  // PEM to trust for the directory's TLS ("": the system's store)
+  std::vector<std::string> challenges{"http-01", "tls-alpn-01"};  // by preference
+  std::string until_issued = "dev";  // dev: the dev certificate meanwhile; refuse: no handshake
+};
+
 struct TlsConfig {
   std::string listen;  // "127.0.0.1:8443"
   std::string cert;    // PEM: the leaf first, then its chain
   std::string key;     // PEM
+  std::optional<AcmeConfig> acme;
 };
 
 // [http3]: HTTP/3 on the TLS listener's port over UDP (on whenever [tls] listen is set, unless

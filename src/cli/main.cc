@@ -95,7 +95,7 @@ void prepare_tls(const Flags& flags, const cli::Config& config,
     return;
   }
   std::string cert = config.tls.cert, key = config.tls.key;
-  bool dev = cert.empty() && key.empty();
+  bool dev = cert.empty() && key.empty();  // also with [tls] acme, until it has a certificate
   if (cert.empty() != key.empty()) {
     errors.problems.push_back("tls.cert, tls.key: set both (or neither: the dev certificate)");
     return;
@@ -116,12 +116,23 @@ void prepare_tls(const Flags& flags, const cli::Config& config,
     cert = paths->cert;
     key = paths->key;
   }
+  auto& board = out.options.acme_board;
+  if (board) {
+    // [tls] acme: the certificate a previous run obtained, if it loads; else the dev one until
+    // the renewer publishes one (or no handshake at all, with until_issued = "refuse").
+    if (auto stored = tls::Credentials::load(board->cert_path(), board->key_path())) {
+      cert = board->cert_path();
+      key = board->key_path();
+      dev = false;
+    }
+  }
   auto creds = tls::Credentials::load(cert, key);
   if (!creds) {
     errors.problems.push_back("tls." + creds.error().reason);  // "tls.cert: <file>: ..."
     return;
   }
-  auto config_tls = tls::ServerConfig::create(creds.value(), ticket_key);
+  auto config_tls =
+      tls::ServerConfig::create(creds.value(), ticket_key, tls::kDefaultPriority, board);
   if (!config_tls) {
     errors.problems.push_back(config_tls.error().reason);
     return;
@@ -134,8 +145,43 @@ void prepare_tls(const Flags& flags, const cli::Config& config,
   out.options.ticket_key = ticket_key;
 }
 
+// [tls] acme: <state_dir>/acme (0700, the running user's), the board (made once per supervisor
+// start: `board` outlives SIGHUPs, whose generations share it) and the renewer's options.
+void prepare_acme(const Flags& flags, const cli::Config& config,
+                  std::shared_ptr<tls::AcmeBoard>& board, cli::ConfigErrors& errors,
+                  Prepared& out) {
+  const cli::AcmeConfig& a = *config.tls.acme;
+  auto dir = state_directory(flags.state_dir.empty() ? config.state_dir : flags.state_dir);
+  core::Result<void> owned =
+      dir ? core::ensure_owned_dir(dir.value() + "/acme") : core::Result<void>(dir.error());
+  if (!owned) {
+    errors.problems.push_back("state-dir: " + owned.error().reason);
+    out.unsafe_state = owned.error().code == core::kErrorUnsafePath;
+    return;
+  }
+  if (!board) {
+    auto made = tls::AcmeBoard::create(dir.value() + "/acme", a.until_issued == "refuse");
+    if (!made) {
+      errors.problems.push_back("tls.acme: " + made.error().reason);
+      return;
+    }
+    board = std::move(made.value());
+  }
+  acme::RenewerOptions r;
+  r.directory_url = a.directory;
+  r.email = a.email;
+  r.domains = a.domains;
+  r.ca_file = a.ca_file;
+  r.challenge_types = a.challenges;
+  r.log_level = config.log_level;
+  r.log_format = config.log_format;
+  out.options.acme = std::move(r);
+  out.options.acme_board = board;
+}
+
 cli::ConfigErrors prepare(const Flags& flags, core::Logger& log, Prepared& out,
-                          const std::shared_ptr<tls::TicketKey>& ticket_key) {
+                          const std::shared_ptr<tls::TicketKey>& ticket_key,
+                          std::shared_ptr<tls::AcmeBoard>* acme_board = nullptr) {
   cli::Config config;
   if (!flags.config_path.empty()) {
     auto errors = cli::load_config(flags.config_path, config);
@@ -212,6 +258,8 @@ cli::ConfigErrors prepare(const Flags& flags, core::Logger& log, Prepared& out,
     o.admin.token = config.admin.token;
   }
   o.kinds = cli::kind_configs(config.workers);
+  if (errors.empty() && config.tls.acme && acme_board)
+    prepare_acme(flags, config, *acme_board, errors, out);
   auto site = app::build_site(o, log, [&](http::SiteBuilder& builder) {
     if (config.root.empty()) {
       cli::add_welcome_routes(builder, cli::demo_welcome_item(demo), kVersion);
@@ -271,17 +319,19 @@ int serve(const Flags& flags) {
   auto ticket_key = tls::TicketKey::generate();
   if (!ticket_key) return print_problems({{ticket_key.error().reason}}, "tls");
   Prepared prepared;
-  if (auto errors = prepare(flags, log, prepared, ticket_key.value()); !errors.empty()) {
+  std::shared_ptr<tls::AcmeBoard> acme_board;  // [tls] acme: one per supervisor start
+  if (auto errors = prepare(flags, log, prepared, ticket_key.value(), &acme_board);
+      !errors.empty()) {
     int status =
         print_problems(errors, flags.config_path.empty() ? "command line" : flags.config_path);
     return prepared.unsafe_state ? kExitUnsafeState : status;
   }
   bool supervised = app::supervised(prepared.options);
-  prepared.options.reload = [&flags, &log, supervised,
+  prepared.options.reload = [&flags, &log, supervised, &acme_board,
                              key = ticket_key.value()](app::Options& fresh) {
     if (!supervised && flags.config_path.empty()) return false;
     Prepared p;
-    auto errors = prepare(flags, log, p, supervised ? key : nullptr);
+    auto errors = prepare(flags, log, p, supervised ? key : nullptr, &acme_board);
     if (!errors.empty()) {
       for (const auto& problem : errors.problems)
         log.error("reload_refused", "file={} problem=\"{}\"", flags.config_path, problem);
