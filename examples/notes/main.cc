@@ -193,7 +193,7 @@ class NoteFile {
   };
   class Statement {
    public:
-    Statement(NoteFile& f, const char* sql) : f_(f) {
+    Statement(NoteFile& f, const char* sql) {
       if (sqlite3_prepare_v2(f.db_.get(), sql, -1, &st_, nullptr) != SQLITE_OK) f.fail("prepare");
     }
     ~Statement() { sqlite3_finalize(st_); }
@@ -202,7 +202,6 @@ class NoteFile {
     sqlite3_stmt* get() const { return st_; }
 
    private:
-    NoteFile& f_;
     sqlite3_stmt* st_ = nullptr;
   };
 

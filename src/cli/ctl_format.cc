@@ -109,7 +109,9 @@ std::string format_kinds(const nlohmann::json& kinds) {
   std::vector<std::vector<std::string>> rows{
       {"KIND", "VERSION", "DIRTY", "ROLLING", "WORKERS", "STALE", "KEPT"}};
   if (kinds.is_object())
-    for (const auto& [name, k] : kinds.items()) {
+    for (const auto& item : kinds.items()) {
+      const std::string& name = item.key();
+      const nlohmann::json& k = item.value();
       std::string version = short_version(k.value("version", nlohmann::json()));
       std::string kept;
       if (k.contains("versions") && k["versions"].is_array())
