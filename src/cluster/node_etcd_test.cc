@@ -275,6 +275,22 @@ TEST_F(EtcdTest, WatchSeesPutsAndDeletesInOrder) {
   EXPECT_EQ(rec.broken, 0);
 }
 
+TEST_F(EtcdTest, CallsAndWatchesFailOverPastADeadEndpoint) {
+  // A member that is gone (nothing listens there) first in the list.
+  ClientOptions o;
+  o.endpoints = {"http://127.0.0.1:" + std::to_string(free_port()), etcd_.endpoint()};
+  auto client = Client::create(loop_, o);
+  ASSERT_TRUE(client);
+  Recorder rec;
+  auto watch = (*client)->watch({.key = "f/", .range_end = prefix_end("f/")}, rec);
+  ASSERT_TRUE(run_until(loop_, [&] { return rec.created > 0; }));
+  auto put =
+      await<PutResponse>(loop_, [&](auto d) { (*client)->put({.key = "f/a", .value = "1"}, d); });
+  ASSERT_TRUE(put && *put);
+  ASSERT_TRUE(run_until(loop_, [&] { return rec.events.size() == 1; }));
+  EXPECT_EQ((*client)->current_endpoint(), 1u);
+}
+
 TEST_F(EtcdTest, KeepAliveHoldsTheNodeKeyPastItsTtl) {
   NodeEvents ev;
   Node node(*client_, node_options("a"), ev);
