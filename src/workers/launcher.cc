@@ -39,6 +39,84 @@ ExitCause ProcessLauncher::reaped(pid_t pid) {
   return containment_->reaped(pid);
 }
 
+void ProcessLauncher::signal(pid_t pid, int pidfd, int sig) {
+  kill(-pid, sig);
+  (void)syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0);
+}
+
+std::optional<WorkerExit> ProcessLauncher::reap(pid_t pid, int pidfd) {
+  // The leader is a zombie until reaped, so its pid (= the group id) cannot be reused yet: kill
+  // whatever it left in its group first. A worker's process group does not outlive it.
+  kill(-pid, SIGKILL);
+  siginfo_t info{};
+  if (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED | WNOHANG) <
+          0 ||
+      info.si_pid == 0)
+    return std::nullopt;
+  WorkerExit exit;
+  if (info.si_code == CLD_EXITED) {
+    exit.code = info.si_status;
+  } else {
+    exit.code = -1;
+    exit.signo = info.si_status;
+  }
+  exit.cause = containment_->reaped(pid);  // its group is removed (containment.h)
+  return exit;
+}
+
+namespace {
+
+// Whether `pid` is on its way out (the kernel's PF_EXITING in /proc/PID/stat's flags): killed or
+// exiting, but not yet reported by its pidfd. A process whose threads take long to die (a busy
+// machine, many threads) closes its fds only with its last thread, and the exit follows.
+bool exiting(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return true;  // gone already
+  char buf[512];
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return true;
+  buf[n] = '\0';
+  // pid (comm) state ppid pgrp session tty_nr tpgid flags ...: comm may hold spaces and ')'.
+  const char* p = strrchr(buf, ')');
+  if (!p) return false;
+  unsigned long flags = 0;
+  char state = 0;
+  if (sscanf(p + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2) return false;
+  constexpr unsigned long kPfExiting = 0x4;
+  return state == 'Z' || state == 'X' || (flags & kPfExiting) != 0;
+}
+
+}  // namespace
+
+Liveness ProcessLauncher::liveness(pid_t pid, int pidfd) {
+  siginfo_t info{};
+  if (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info,
+             WEXITED | WNOHANG | WNOWAIT) == 0 &&
+      info.si_pid != 0)
+    return Liveness::exited;
+  return exiting(pid) ? Liveness::exiting : Liveness::alive;
+}
+
+void ProcessLauncher::kill_and_wait(pid_t pid, int pidfd) {
+  signal(pid, pidfd, SIGKILL);
+  siginfo_t info{};
+  while (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED) < 0 &&
+         errno == EINTR) {
+  }
+}
+
+bool ProcessLauncher::become_subreaper() {
+  return prctl(PR_SET_CHILD_SUBREAPER, 1) == 0;
+}
+
+SweepResult ProcessLauncher::sweep_orphans(pid_t session,
+                                           const std::function<bool(pid_t)>& is_worker, bool wait) {
+  return workers::sweep_orphans(session, is_worker, wait);
+}
+
 namespace {
 
 // What the child executes, built before fork() (after it, only async-signal-safe calls): the

@@ -35,12 +35,14 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/result.h"
 #include "core/unique_fd.h"
 #include "workers/containment.h"
+#include "workers/orphans.h"
 
 namespace corral::workers {
 
@@ -66,20 +68,69 @@ struct Launched {
   core::UniqueFd err;      // the child's stderr, O_NONBLOCK
 };
 
+// How a reaped worker ended: exit `code` (signo 0), or killed by `signo` (code -1); and what its
+// containment says of it.
+struct WorkerExit {
+  int code = 0;
+  int signo = 0;
+  ExitCause cause;
+  // "exit N" or "signal N", as the log says it.
+  std::string text() const {
+    return signo ? "signal " + std::to_string(signo) : "exit " + std::to_string(code);
+  }
+};
+
+// Where a launched worker is on its way out, short of a reap.
+enum class Liveness {
+  alive,
+  exiting,  // killed or exiting, its exit not reported yet (its threads take long to die)
+  exited,   // its pidfd reports the exit; not reaped yet
+};
+
+// Every call the manager makes to the OS about its children goes through this interface: the
+// launch, a signal, the reap at its pidfd's report, a look at whether it is on its way out, the
+// destructor's kill, and the sweep of what workers left behind (orphans.h). A worker is named by
+// its pid and the pidfd of its launch (Launched), which the manager watches on its loop (EPOLLIN:
+// the worker exited). The manager's unit tests run on FakeLauncher (fake_launcher.h): nothing
+// forks.
 class Launcher {
  public:
   virtual ~Launcher() = default;
   virtual core::Result<Launched> launch(const LaunchSpec& spec) = 0;
-  // After the worker `pid` was reaped (its pidfd's waitid): what its containment says of it.
-  virtual ExitCause reaped(pid_t /*pid*/) { return {}; }
+  // `sig` to the worker's process group, and to the worker itself through its pidfd (a child that
+  // has not made its own group yet is not in it).
+  virtual void signal(pid_t pid, int pidfd, int sig) = 0;
+  // After its pidfd was readable: SIGKILL to what the worker left in its process group (the
+  // leader is a zombie until reaped, so the group id cannot be reused yet), then the reap and its
+  // containment's word (its group removed). Nothing if it has not exited (a spurious wakeup).
+  virtual std::optional<WorkerExit> reap(pid_t pid, int pidfd) = 0;
+  virtual Liveness liveness(pid_t pid, int pidfd) = 0;
+  // The destructor's way out: SIGKILL (as signal()) and wait for the exit, no grace.
+  virtual void kill_and_wait(pid_t pid, int pidfd) = 0;
+  // Makes this process a child subreaper (orphans.h): false (errno set) if it cannot.
+  virtual bool become_subreaper() = 0;
+  // What workers left outside their groups, in this process's `session`: killed and reaped
+  // (workers::sweep_orphans, orphans.h).
+  virtual SweepResult sweep_orphans(pid_t session, const std::function<bool(pid_t)>& is_worker,
+                                    bool wait) = 0;
 };
 
-class ProcessLauncher final : public Launcher {
+// The real one: fork and exec as above, kill(2) and pidfd_send_signal, waitid on the pidfd,
+// /proc/PID/stat, prctl.
+class ProcessLauncher : public Launcher {
  public:
   ProcessLauncher();  // limits as rlimits (Containment::rlimits_only)
   explicit ProcessLauncher(std::unique_ptr<Containment> containment);
   core::Result<Launched> launch(const LaunchSpec& spec) override;
-  ExitCause reaped(pid_t pid) override;
+  void signal(pid_t pid, int pidfd, int sig) override;
+  std::optional<WorkerExit> reap(pid_t pid, int pidfd) override;
+  Liveness liveness(pid_t pid, int pidfd) override;
+  void kill_and_wait(pid_t pid, int pidfd) override;
+  bool become_subreaper() override;
+  SweepResult sweep_orphans(pid_t session, const std::function<bool(pid_t)>& is_worker,
+                            bool wait) override;
+  // After the worker `pid` was reaped: what its containment says of it (reap() asks it).
+  ExitCause reaped(pid_t pid);
   const Containment& containment() const { return *containment_; }
 
  private:

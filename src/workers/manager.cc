@@ -8,9 +8,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -47,34 +45,6 @@ std::optional<std::string> dump_message(core::Logger& log, const nlohmann::json&
     log.error("worker_message_unwritable", "error=\"{}\"", e.what());
     return std::nullopt;
   }
-}
-
-// Whether `pid` is on its way out (the kernel's PF_EXITING in /proc/PID/stat's flags): killed or
-// exiting, but not yet reported by its pidfd. A process whose threads take long to die (a busy
-// machine, many threads) closes its fds only with its last thread, and the exit follows.
-bool exiting(pid_t pid) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
-  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return true;  // gone already
-  char buf[512];
-  ssize_t n = ::read(fd, buf, sizeof buf - 1);
-  ::close(fd);
-  if (n <= 0) return true;
-  buf[n] = '\0';
-  // pid (comm) state ppid pgrp session tty_nr tpgid flags ...: comm may hold spaces and ')'.
-  const char* p = strrchr(buf, ')');
-  if (!p) return false;
-  unsigned long flags = 0;
-  char state = 0;
-  if (sscanf(p + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2) return false;
-  constexpr unsigned long kPfExiting = 0x4;
-  return state == 'Z' || state == 'X' || (flags & kPfExiting) != 0;
-}
-
-std::string exit_text(const siginfo_t& info) {
-  if (info.si_code == CLD_EXITED) return "exit " + std::to_string(info.si_status);
-  return "signal " + std::to_string(info.si_status);
 }
 
 }  // namespace
@@ -134,8 +104,7 @@ Manager::~Manager() {
 }
 
 void Manager::signal(const Worker& w, int sig) {
-  kill(-w.pid, sig);
-  (void)syscall(SYS_pidfd_send_signal, w.pidfd.get(), sig, nullptr, 0);
+  launcher_->signal(w.pid, w.pidfd.get(), sig);
 }
 
 void Manager::sweep_orphans(bool wait) {
@@ -150,7 +119,7 @@ void Manager::sweep_orphans(bool wait) {
   // A destructor's sweep waits for each orphan; the ones their deaths hand to us come in the
   // next round (a tree deeper than a sweep kills, or forks that raced the kills).
   for (int round = 0; round < (wait ? 16 : 1); ++round) {
-    SweepResult r = workers::sweep_orphans(session_, is_worker, wait);
+    SweepResult r = launcher_->sweep_orphans(session_, is_worker, wait);
     if (r.killed || r.reaped)
       log_.info("worker_orphans", "killed={} reaped={} left={}", r.killed, r.reaped, r.left);
     if (wait) {
@@ -173,12 +142,7 @@ void Manager::kill_now(Worker& w) {
   if (w.control) loop_.remove(w.control.get());
   w.out.close();
   w.err.close();
-  signal(w, SIGKILL);
-  siginfo_t info{};
-  while (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(w.pidfd.get()), &info, WEXITED) <
-             0 &&
-         errno == EINTR) {
-  }
+  launcher_->kill_and_wait(w.pid, w.pidfd.get());
 }
 
 // Only our own socket file: another manager on the same state directory (corral restarted while
@@ -462,13 +426,10 @@ void Manager::on_link_closed(Worker& w) {
 }
 
 void Manager::on_link_check(Worker& w) {
-  siginfo_t info{};
-  if (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(w.pidfd.get()), &info,
-             WEXITED | WNOHANG | WNOWAIT) == 0 &&
-      info.si_pid != 0)
-    return;                // it exited: on_exit decides (a crash, or the end of a stop)
-  if (w.stopping) return;  // a stopping worker may close its link first
-  if (exiting(w.pid)) {
+  Liveness liveness = launcher_->liveness(w.pid, w.pidfd.get());
+  if (liveness == Liveness::exited) return;  // on_exit decides (a crash, or the end of a stop)
+  if (w.stopping) return;                    // a stopping worker may close its link first
+  if (liveness == Liveness::exiting) {
     // Killed or exiting, its exit not reported yet: look again rather than call a crash a lost
     // link (a lost link after ready is recovered from; a crash is a failure).
     w.link_check.arm_after(kLinkCheckMs);
@@ -563,16 +524,12 @@ void Manager::fail(Slot& slot, nlohmann::json pub, std::string full) {
 void Manager::on_exit(Worker& w) {
   if (w.spare) return spare_on_exit(w);
   Slot& slot = *w.slot;
-  // The leader is a zombie until reaped, so its pid (= the group id) cannot be reused yet: kill
-  // whatever it left in its group first. A worker's process group does not outlive it.
-  kill(-w.pid, SIGKILL);
-  siginfo_t info{};
-  if (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(w.pidfd.get()), &info,
-             WEXITED | WNOHANG) < 0 ||
-      info.si_pid == 0)
-    return;
-  std::string how = exit_text(info);
-  ExitCause cause = launcher_->reaped(w.pid);  // its group is removed (containment.h)
+  // The launcher kills what it left in its group (which does not outlive its leader), reaps it
+  // and removes its containment group.
+  std::optional<WorkerExit> exit = launcher_->reap(w.pid, w.pidfd.get());
+  if (!exit) return;
+  std::string how = exit->text();
+  const ExitCause cause = exit->cause;
   loop_.remove(w.pidfd.get());
   if (w.control) loop_.remove(w.control.get());
   w.out.drain();

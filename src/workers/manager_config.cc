@@ -1,7 +1,6 @@
 // The Manager's configuration: the options' validation (kinds, commands, route patterns in the
 // HTTP router's own syntax), the state directory, and address_for on the same router the
 // proxy routes use (http::Router): one matcher for a kind's paths.
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -167,7 +166,7 @@ core::Result<std::unique_ptr<Manager>> Manager::create(core::EventLoop& loop, co
   Manager* mp = m.get();
   // Orphans (orphans.h): what a worker leaves at its exit comes here rather than to init, and no
   // process of a worker's is in this session.
-  if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
+  if (!m->launcher_->become_subreaper())
     log.warn("workers_subreaper",
              "error=\"{}\" effect=\"the orphans of exited workers go to "
              "init and survive them\"",

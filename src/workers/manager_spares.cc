@@ -7,7 +7,6 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -248,13 +247,9 @@ void Manager::spare_on_message(Worker& w, const nlohmann::json& msg) {
 void Manager::spare_on_exit(Worker& w) {
   Slot& spare = *w.slot;
   Kind& kind = *kinds_[spare.kind->index];
-  kill(-w.pid, SIGKILL);  // the group does not outlive its leader (as on_exit)
-  siginfo_t info{};
-  if (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(w.pidfd.get()), &info,
-             WEXITED | WNOHANG) < 0 ||
-      info.si_pid == 0)
-    return;
-  (void)launcher_->reaped(w.pid);  // its containment group goes (containment.h)
+  // Its group killed and reaped, its containment group gone (as on_exit).
+  std::optional<WorkerExit> exit = launcher_->reap(w.pid, w.pidfd.get());
+  if (!exit) return;
   loop_.remove(w.pidfd.get());
   if (w.control) loop_.remove(w.control.get());
   w.out.drain();
@@ -264,8 +259,7 @@ void Manager::spare_on_exit(Worker& w) {
   if (!w.out.partial.empty()) on_output(w, false, {}, true);
   if (!w.err.partial.empty()) on_output(w, true, {}, true);
   const bool asked = w.stopping || closing_;
-  std::string how = info.si_code == CLD_EXITED ? "exit " + std::to_string(info.si_status)
-                                               : "signal " + std::to_string(info.si_status);
+  std::string how = exit->text();
   w.exited = true;
   remove_socket(spare);
   --workers_live_;

@@ -23,19 +23,18 @@
 namespace corral::workers::manager_testing {
 
 // Counts forks (and records their addresses, in order); the real launcher does the work.
-class CountingLauncher final : public Launcher {
+class CountingLauncher final : public ProcessLauncher {
  public:
   CountingLauncher(int& count, std::vector<std::string>& order) : count_(count), order_(order) {}
   core::Result<Launched> launch(const LaunchSpec& spec) override {
     ++count_;
     order_.push_back(spec.address);
-    return real_.launch(spec);
+    return ProcessLauncher::launch(spec);
   }
 
  private:
   int& count_;
   std::vector<std::string>& order_;
-  ProcessLauncher real_;
 };
 
 inline size_t open_fds() {
