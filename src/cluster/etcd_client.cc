@@ -579,7 +579,11 @@ core::EventLoop& Watch::loop() {
 
 Watch::~Watch() {
   if (dead_) *dead_ = true;
-  if (stream_) stream_->close();
+  if (stream_) {
+    // This may run inside the stream's own callback (a handler that drops its watch).
+    stream_->close();
+    loop().destroy_later(std::move(stream_));
+  }
 }
 
 void Watch::connect() {

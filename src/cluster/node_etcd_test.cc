@@ -275,6 +275,31 @@ TEST_F(EtcdTest, WatchSeesPutsAndDeletesInOrder) {
   EXPECT_EQ(rec.broken, 0);
 }
 
+TEST_F(EtcdTest, AHandlerMayDropItsWatchInsideItsCallback) {
+  struct Dropper final : WatchHandler {
+    void on_watch(const WatchResponse& r) override {
+      if (!r.events.empty()) {
+        ++events;
+        watch.reset();
+      }
+    }
+    void on_compacted(int64_t) override {}
+    std::unique_ptr<Watch> watch;
+    int events = 0;
+  } dropper;
+  dropper.watch = client_->watch({.key = "d/", .range_end = prefix_end("d/")}, dropper);
+  ASSERT_TRUE(run_until(loop_, [&] { return dropper.watch->connected(); }));
+  bool done = false;
+  client_->put({.key = "d/a", .value = "1"}, [&](auto) {
+    client_->put({.key = "d/b", .value = "2"}, [&](auto) { done = true; });
+  });
+  ASSERT_TRUE(run_until(loop_, [&] { return done && !dropper.watch; }));
+  // One more round of the loop: nothing of the dropped watch runs.
+  auto r = await<RangeResponse>(loop_, [&](auto d) { client_->range({.key = "d/a"}, d); });
+  ASSERT_TRUE(r && *r);
+  EXPECT_EQ(dropper.events, 1);
+}
+
 TEST_F(EtcdTest, CallsAndWatchesFailOverPastADeadEndpoint) {
   // A member that is gone (nothing listens there) first in the list.
   ClientOptions o;
