@@ -42,6 +42,7 @@ Connection::Connection(Server& server, std::unique_ptr<core::Transport> transpor
       peer_info_(Peer::from(peer)),
       peer_ip_(peer_info_.text()),
       parser_(server.options().limits),
+      exchange_(server, *this, Protocol::kHttp1, peer_info_),
       read_timer_(loop_.timers(), [this] { on_read_timer(); }),
       write_timer_(loop_.timers(), [this] {
         server_.log().info("write_timeout", "remote={}", peer_ip_);
@@ -53,7 +54,6 @@ Connection::Connection(Server& server, std::unique_ptr<core::Transport> transpor
 Connection::~Connection() = default;
 
 void Connection::start() {
-  started_us_ = loop_.now_us();
   interest_ = EPOLLIN | EPOLLRDHUP;
   if (auto r = loop_.add(transport_->fd(), interest_, this); !r) {
     server_.log().error("epoll_add", "error=\"{}\"", r.error().reason);
@@ -80,7 +80,7 @@ void Connection::on_read_timer() {
       }
       break;
     case ReadTimer::kBody:
-      if (body_state_ == BodyState::kOpen) {
+      if (exchange_.body_open()) {
         fail_body(408, "request body timeout");
       } else {
         respond_error(408, "request body timeout");
@@ -147,14 +147,14 @@ void Connection::on_io(uint32_t events) {
     // The client shut down its side while we were not reading: it is gone as far as a stream is
     // concerned; anything else already queued is still written. While a request body streams,
     // what it sent before is still to be read (its EOF ends or aborts the body then).
-    if (body_state_ == BodyState::kOpen) {
+    if (exchange_.body_open()) {
       peer_shut_ = true;
       update_interest();
       return;
     }
     peer_eof_ = true;
-    if (producer_ || deferred_) {
-      abort_stream();
+    if (exchange_.waiting()) {
+      exchange_.peer_gone();
       close_now();
       return;
     }
@@ -174,7 +174,7 @@ void Connection::on_readable() {
   auto r = transport_->read_into(in_, kReadSize);
   if (r.ok()) {
     add(metrics().proto[ProcessMetrics::kHttp1].request_bytes, r.bytes);
-    if (body_state_ == BodyState::kOpen) {
+    if (exchange_.body_open()) {
       pump_body();
       if (closed_) return;
     }
@@ -187,9 +187,8 @@ void Connection::on_readable() {
   // queued for complete requests are still written (the client may have only shut down its
   // sending side); a half-sent request is dropped.
   peer_eof_ = true;
-  if (r.status == core::IoResult::Status::kError || producer_ || deferred_ ||
-      body_state_ == BodyState::kOpen) {
-    abort_stream();
+  if (r.status == core::IoResult::Status::kError || exchange_.waiting() || exchange_.body_open()) {
+    exchange_.peer_gone();
     close_now();
     return;
   }
@@ -224,17 +223,13 @@ void Connection::process_input() {
       }
       if (in_.empty() || (in_.size() == 1 && in_.data()[0] == '\r')) break;
       phase_ = Phase::kHead;
-      started_ms_ = loop_.now();
-      started_us_ = loop_.now_us();
-      if (!in_request_) {
-        in_request_ = true;
-        server_.request_started();
-      }
+      exchange_.begin();
       // A new connection's header deadline runs from accept: its first byte does not extend it.
       if (read_timer_kind_ != ReadTimer::kHeader)
         arm_read_timer(ReadTimer::kHeader, server_.options().header_timeout_ms);
     }
-    auto r = parser_.feed(in_.view(), req_);
+    Request& req = exchange_.request();
+    auto r = parser_.feed(in_.view(), req);
     switch (r.kind) {
       case RequestParser::Kind::kNeedMore:
         in_.consume(r.consumed);
@@ -247,7 +242,7 @@ void Connection::process_input() {
         // request holds views of them) before the input buffer is reused.
         size_t head = parser_.head_len();
         head_copy_.assign(in_.data(), head);
-        req_.rebase(in_.data(), head, head_copy_.data());
+        req.rebase(in_.data(), head, head_copy_.data());
         in_.consume(r.consumed);
         if (parser_.streaming()) {
           start_body_stream();
@@ -279,48 +274,31 @@ void Connection::dispatch() {
   read_timer_.cancel();
   read_timer_kind_ = ReadTimer::kNone;
   ++server_.stats_.requests;
-  req_.loop = &loop_;
-  server_.assign_trace(req_);
-  if (secure_) req_.scheme = "https";  // before admission: a verified relay may still say otherwise
-  auto a = admit(req_, peer_info_, server_.policy());
-  if (a.status) {
-    respond_error(a.status, a.reason);
-    return;
-  }
-  if (a.dropped_headers) {
-    server_.log().debug("headers_dropped",
-                        "remote={} count={} reason=\"trusted header spelt with '_'\"", peer_ip_,
-                        a.dropped_headers);
-  }
-  if (!req_.host.empty() && admitted_host_ != req_.host) admitted_host_.assign(req_.host);
-  if (server_.options().behind_corral) {
-    // The proxy's sequence number of a pipelined request: its response echoes it, so that the
-    // proxy knows the answer is this request's (at most 20 digits; anything else is no number).
-    std::string_view seq = take_corral_view(req_);
-    if (!seq.empty() && seq.size() < sizeof echo_seq_) {
-      std::memcpy(echo_seq_, seq.data(), seq.size());
-      echo_seq_len_ = static_cast<uint8_t>(seq.size());
-    }
-  }
-  if (!server_.site()) {
-    phase_ = Phase::kWaitingSite;
-    // The request's views point into in_ unless its body arrived in pieces (then into
-    // head_copy_ already): keep them stable while parked, since in_ moves on.
-    size_t head = parser_.head_len();
-    if (head && in_.size() >= head && req_.target.data() >= in_.data() &&
-        req_.target.data() < in_.data() + in_.size()) {
-      head_copy_.assign(in_.data(), head);
-      req_.rebase(in_.data(), head, head_copy_.data());
-    }
-    server_.park(this);
-    arm_read_timer(ReadTimer::kReady, server_.options().ready_timeout_ms);
-    update_interest();
-    return;
-  }
-  if (site_ != server_.site()) site_ = server_.site();
+  Request& req = exchange_.request();
+  if (secure_) req.scheme = "https";  // before admission: a verified relay may still say otherwise
   phase_ = Phase::kResponding;
-  Response response = site_->handle(req_);
-  write_response(response);
+  auto d = exchange_.dispatch();
+  if (d.kind == Exchange::Dispatch::kRefused) {
+    respond_error(d.status, d.reason);
+    return;
+  }
+  if (d.kind == Exchange::Dispatch::kHandled) return;
+  phase_ = Phase::kWaitingSite;
+  // The request's views point into in_ unless its body arrived in pieces (then into
+  // head_copy_ already): keep them stable while parked, since in_ moves on.
+  size_t head = parser_.head_len();
+  if (head && in_.size() >= head && req.target.data() >= in_.data() &&
+      req.target.data() < in_.data() + in_.size()) {
+    head_copy_.assign(in_.data(), head);
+    req.rebase(in_.data(), head, head_copy_.data());
+  }
+  server_.park(this);
+  arm_read_timer(ReadTimer::kReady, server_.options().ready_timeout_ms);
+  update_interest();
+}
+
+void Connection::admitted(const Request& req) {
+  if (!req.host.empty() && admitted_host_ != req.host) admitted_host_.assign(req.host);
 }
 
 void Connection::hand_over() {
@@ -341,148 +319,99 @@ void Connection::hand_over() {
 void Connection::site_ready() {
   if (closed_ || phase_ != Phase::kWaitingSite) return;
   read_timer_.cancel();
-  site_ = server_.site();
   phase_ = Phase::kResponding;
-  Response response = site_->handle(req_);
-  write_response(response);
+  exchange_.run_site();
   // The parked request's bytes were left in in_; the parser consumed them before parking.
   process_input();
   flush();
 }
 
-PlanContext Connection::plan_context() const {
-  const auto& opt = server_.options();
-  PlanContext ctx;
-  ctx.keep_alive =
-      !close_after_write_ && parser_.keep_alive() && !closing_ && !server_.closing() && !peer_eof_;
-  ctx.server_name = opt.server_name;
-  ctx.date = server_.date();
-  ctx.alt_svc = opt.alt_svc;
-  ctx.referrer_policy = opt.referrer_policy;
-  return ctx;
+bool Connection::keep_alive() const {
+  return !close_after_write_ && !exchange_.body_open() && parser_.keep_alive() && !closing_ &&
+         !server_.closing() && !peer_eof_;
 }
 
-// The connection's one plan: fresh on entry, reset() on every way out (PlanInUse) and before a
-// route's code runs (a deferred's start() may respond() at once, which re-enters here).
-void Connection::write_response(Response& r) {
-  ResponsePlan& plan = plan_;
-  struct PlanInUse {
-    ResponsePlan& plan;
-    ~PlanInUse() { plan.reset(); }
-  } in_use{plan};
+void Connection::send_head(ResponsePlan& plan) {
+  if (plan.body == BodyKind::kUpgrade) {
+    // The head goes out, then the connection is handed over (upgrade()).
+    close_after_write_ = false;
+    write_h1_head(plan, false, out_);
+    return;
+  }
   // A response while the request body still comes is the connection's last: the rest of the
   // body is never parsed as a request.
-  if (body_state_ == BodyState::kOpen && !std::holds_alternative<DeferredBody>(r.body))
-    close_after_write_ = true;
-  if (echo_seq_len_ && !std::holds_alternative<DeferredBody>(r.body)) {
-    r.header("Corral-Seq", std::string(echo_seq_, echo_seq_len_));
-    echo_seq_len_ = 0;
-  }
-  plan_response(r, req_, plan_context(), plan);
-  if (!plan.refused_header.empty())
-    server_.log().error("bad_response_header", "pattern=\"{}\" header=\"{}\"", req_.pattern,
-                        fmt::format("{:.40}", plan.refused_header));
-  status_ = plan.status;
-  body_bytes_ = 0;
-  if (plan.body != BodyKind::kDeferred) head_out_ = true;
-  if (plan.body != BodyKind::kDeferred) count_response_head();
-  if (plan.close) close_after_write_ = true;
+  if (plan.close || exchange_.body_open()) close_after_write_ = true;
+  const Request& req = exchange_.request();
+  const bool http10 = req.version_major == 1 && req.version_minor == 0;
+  H1Framing framing = write_h1_head(plan, http10, out_);
+  if (framing.close) close_after_write_ = true;
   switch (plan.body) {
-    case BodyKind::kDeferred:
-      keep_log_fields();
-      deferred_ = std::move(plan.deferred);
-      plan.reset();
-      deferred_->start(*this);  // may respond() at once
-      return;
-    case BodyKind::kUpgrade:
-      // The head goes out, then the connection is handed over (process_input, after the upgrade
-      // request's bytes are consumed).
-      close_after_write_ = false;
-      write_h1_head(plan, false, out_);
-      upgrade_ = std::move(plan.upgrade);
-      finish_request();
-      phase_ = Phase::kResponding;  // nothing more is parsed as HTTP
-      return;
+    case BodyKind::kFile:
+      return;  // send_file() follows
+    case BodyKind::kStream:
+      if (!plan.send_body) break;
+      stream_chunked_ = framing.chunked;
+      return;  // send_data()... end_stream() follow
+    case BodyKind::kBytes:
+      if (!plan.send_body) break;
+      if (plan.bytes.size() > kBigBody) {
+        // A large body is sent from the response's own string, not copied into out_ (a copy
+        // would double the memory a big response costs while a slow client reads it).
+        big_body_ = plan.take_bytes();
+        big_off_ = 0;
+        file_active_ = true;
+        exchange_.keep_log_fields();
+        return;  // flush() sends it; finish_request() follows
+      }
+      out_.append(plan.bytes);
+      break;
     default:
       break;
   }
-  const bool http10 = req_.version_major == 1 && req_.version_minor == 0;
-  H1Framing framing = write_h1_head(plan, http10, out_);
-  if (framing.close) close_after_write_ = true;
-  if (plan.body == BodyKind::kBytes && plan.send_body) {
-    body_bytes_ = plan.bytes.size();
-    if (plan.bytes.size() > kBigBody) {
-      // A large body is sent from the response's own string, not copied into out_ (a copy
-      // would double the memory a big response costs while a slow client reads it).
-      big_body_ = plan.take_bytes();
-      big_off_ = 0;
-      file_active_ = true;
-      keep_log_fields();
-      return;  // flush() sends it; finish_request() follows
-    }
-    out_.append(plan.bytes);
-  }
-  if (plan.body == BodyKind::kFile) {
-    file_ = std::move(plan.file);
-    file_active_ = true;
-    file_part_ = 0;
-    if (file_.parts.empty()) {
-      ByteRange whole{0, file_.size ? file_.size - 1 : 0};
-      ByteRange range = file_.ranges.empty() ? whole : file_.ranges.front();
-      file_offset_ = range.first;
-      file_left_ = range.last - range.first + 1;
-    } else {
-      out_.append(file_.parts[0].head);
-      file_offset_ = file_.parts[0].range.first;
-      file_left_ = file_.parts[0].range.last - file_.parts[0].range.first + 1;
-    }
-    keep_log_fields();
-    return;  // flush() sends the file; finish_request() follows
-  }
-  if (plan.body != BodyKind::kStream || !plan.send_body) {
-    finish_request();
-    return;
-  }
-  stream_chunked_ = framing.chunked;
-  keep_log_fields();
-  producer_ = std::move(plan.producer);
-  plan.reset();  // on_start() is the route's code: nothing below reads the plan
-  stream_ended_ = false;
-  stream_wants_writable_ = false;
-  if (!producer_) {
-    end();
-    return;
-  }
-  producer_->on_start(*this);
+  finish_request();
 }
 
-bool Connection::write(std::string_view data) {
-  if (closed_ || stream_ended_ || data.empty()) return !closed_;
+void Connection::send_file(FileCursor& file) {
+  file_ = &file;
+  file_active_ = true;
+  // A multipart body's first part head goes with the response head.
+  FileSegment seg = file.current();
+  if (!seg.text.empty()) {
+    out_.append(seg.text);
+    file.advance(seg.text.size());
+  }
+}
+
+void Connection::upgrade(std::unique_ptr<UpgradeHandler> handler) {
+  // process_input hands the connection over once the upgrade request's bytes are consumed.
+  upgrade_ = std::move(handler);
+  finish_request();
+  phase_ = Phase::kResponding;  // nothing more is parsed as HTTP
+}
+
+void Connection::schedule_flush() {
+  if (flush_scheduled_) return;
+  flush_scheduled_ = true;
+  loop_.defer([this] {
+    flush_scheduled_ = false;
+    if (!closed_) flush();
+  });
+}
+
+bool Connection::send_data(std::string_view data) {
+  if (closed_) return false;
   if (stream_chunked_) {
     append_h1_chunk(out_, data);
   } else {
     out_.append(data);
   }
-  body_bytes_ += data.size();
-  if (!flush_scheduled_) {
-    flush_scheduled_ = true;
-    loop_.defer([this] {
-      flush_scheduled_ = false;
-      if (!closed_) flush();
-    });
-  }
-  if (out_.size() >= kHighWater) {
-    stream_wants_writable_ = true;
-    return false;
-  }
-  return true;
+  schedule_flush();
+  return out_.size() < kHighWater;
 }
 
-void Connection::end() {
-  if (closed_ || stream_ended_) return;
-  stream_ended_ = true;
+void Connection::end_stream() {
+  if (closed_) return;
   if (stream_chunked_) out_.append(kH1LastChunk);
-  if (producer_) loop_.destroy_later(std::move(producer_));
   finish_request();
   if (!flush_scheduled_) {
     flush_scheduled_ = true;
@@ -496,26 +425,14 @@ void Connection::end() {
   }
 }
 
-void Connection::abort() {
-  if (closed_ || stream_ended_) return;
-  stream_ended_ = true;       // no last chunk: the message stays incomplete
-  close_after_write_ = true;  // what is queued goes out, then the connection closes
-  if (producer_) loop_.destroy_later(std::move(producer_));
+void Connection::reset_stream() {
+  if (closed_) return;
+  close_after_write_ = true;  // no last chunk: what is queued goes out, then the connection closes
   finish_request();
-  if (!flush_scheduled_) {
-    flush_scheduled_ = true;
-    loop_.defer([this] {
-      flush_scheduled_ = false;
-      if (!closed_) flush();
-    });
-  }
+  schedule_flush();
 }
 
-void Connection::respond(Response response) {
-  if (closed_ || !deferred_) return;
-  loop_.destroy_later(std::move(deferred_));
-  if (std::holds_alternative<DeferredBody>(response.body)) response = Response::status_only(500);
-  write_response(response);
+void Connection::responded_later() {
   if (closed_) return;
   loop_.defer([this] {
     if (closed_) return;
@@ -525,94 +442,19 @@ void Connection::respond(Response response) {
   });
 }
 
-void Connection::abort_stream() {
-  abandon_body("connection closed");
-  if (deferred_) {
-    auto d = std::move(deferred_);
-    d->on_abort();
-    loop_.destroy_later(std::move(d));
-  }
-  if (!producer_) return;
-  auto p = std::move(producer_);
-  p->on_abort();
-  loop_.destroy_later(std::move(p));
-}
-
-void Connection::keep_log_fields() {
-  log_method_.assign(req_.method_name);
-  log_target_.assign(req_.target);
-  if (server_.log().access_format() == core::AccessFormat::kCombined) {
-    log_referer_.assign(req_.header("referer").value_or(""));
-    log_agent_.assign(req_.header("user-agent").value_or(""));
-  }
-}
-
-void Connection::access_log(int status, uint64_t bytes) {
-  if (!server_.options().access_log) return;
-  const bool kept = !log_method_.empty();  // an asynchronous response: req_'s views may be gone
-  core::AccessRecord r;
-  r.time = server_.log_time();
-  r.remote = peer_ip_;
-  r.method = kept ? log_method_ : req_.method_name;
-  r.target = log_target_.empty() ? req_.target : log_target_;
-  r.status = status;
-  r.bytes = bytes;
-  r.duration_ms = loop_.now() - started_ms_;
-  r.traceparent = req_.traceparent();
-  if (req_.upstream.proxied) {
-    r.proxied = true;
-    r.address = req_.upstream.address;
-    r.worker_pid = req_.upstream.worker_pid;
-    r.cold = req_.upstream.cold;
-  }
-  if (server_.log().access_format() == core::AccessFormat::kCombined) {
-    r.referer = kept ? log_referer_ : req_.header("referer").value_or("");
-    r.user_agent = kept ? log_agent_ : req_.header("user-agent").value_or("");
-    if (req_.principal) r.user = req_.principal->id;
-  }
-  server_.log().access(r);
-}
-
 void Connection::finish_request() {
-  echo_seq_len_ = 0;
-  abandon_body("response ended before the body");
-  head_out_ = continue_sent_ = false;
-  access_log(status_, body_bytes_);
-  metrics().request_done(ProcessMetrics::kHttp1, status_, elapsed_us(started_us_, loop_.now_us()));
-  log_method_.clear();
-  log_target_.clear();
-  log_referer_.clear();
-  log_agent_.clear();
+  exchange_.complete();
+  continue_sent_ = false;
   parser_.next_request();
-  req_.reset();
   phase_ = Phase::kIdle;
-  if (in_request_) {
-    in_request_ = false;
-    server_.request_finished();
-  }
-}
-
-// The response head goes out (/metrics, http/metrics.h): the time to it, and for a request that
-// waited for its worker's start, the same as that kind's first response.
-void Connection::count_response_head() {
-  ProcessMetrics& m = metrics();
-  uint64_t us = elapsed_us(started_us_, loop_.now_us());
-  m.response_head(ProcessMetrics::kHttp1, us);
-  if (req_.upstream.cold)
-    if (int kind = metrics_kind(req_.upstream.address); kind >= 0)
-      m.first_response[kind].observe(kStartBoundsUs, us);
 }
 
 void Connection::respond_error(int status, std::string_view reason) {
   ++server_.stats_.errors;
-  server_.log().info("request_refused", "remote={} status={} reason=\"{}\"", peer_ip_, status,
-                     reason);
-  abort_stream();
   file_active_ = false;
   std::string().swap(big_body_);
   close_after_write_ = true;
-  Response r = Response::status_only(status);
-  write_response(r);  // a short text body, then finish_request()
+  exchange_.respond_error(status, reason);  // a short text body, then finish_request()
   phase_ = Phase::kIdle;
   flush();
 }
@@ -637,30 +479,27 @@ bool Connection::send_file_data() {
     return true;
   }
   while (file_active_) {
-    if (file_left_ == 0) {
-      if (!file_.parts.empty() && ++file_part_ < file_.parts.size()) {
-        out_.append(file_.parts[file_part_].head);
-        file_offset_ = file_.parts[file_part_].range.first;
-        file_left_ = file_.parts[file_part_].range.last - file_offset_ + 1;
-        return true;  // write the part head first
-      }
-      if (!file_.parts.empty()) out_.append(file_.tail);
+    if (!file_->active()) {
       file_active_ = false;
-      body_bytes_ = file_.content_length;
-      status_ = file_.status;
-      file_ = ResolvedFile{};
+      file_ = nullptr;
+      exchange_.file_done();
       finish_request();
       return true;
     }
+    FileSegment seg = file_->current();
+    if (!seg.text.empty()) {
+      out_.append(seg.text);  // a multipart part's head or the closing delimiter: written first
+      file_->advance(seg.text.size());
+      if (file_->active()) return true;
+      continue;
+    }
     if (!transport_->can_send_file()) {
       // No sendfile (TLS): the next piece goes through out_ (flush() encrypts it).
-      size_t chunk = file_left_ > kTlsFileChunk ? kTlsFileChunk : static_cast<size_t>(file_left_);
-      ssize_t n =
-          ::pread(file_.fd.get(), out_.reserve(chunk), chunk, static_cast<off_t>(file_offset_));
+      size_t chunk = seg.length > kTlsFileChunk ? kTlsFileChunk : static_cast<size_t>(seg.length);
+      ssize_t n = ::pread(file_->fd(), out_.reserve(chunk), chunk, static_cast<off_t>(seg.offset));
       if (n > 0) {
         out_.commit(static_cast<size_t>(n));
-        file_offset_ += static_cast<uint64_t>(n);
-        file_left_ -= static_cast<uint64_t>(n);
+        file_->advance(static_cast<uint64_t>(n));
         return true;
       }
       if (n < 0 && errno == EINTR) continue;
@@ -669,12 +508,11 @@ bool Connection::send_file_data() {
       close_now();
       return false;
     }
-    size_t chunk = file_left_ > (1u << 20) ? (1u << 20) : static_cast<size_t>(file_left_);
-    auto w = transport_->send_file(file_.fd.get(), file_offset_, chunk);
+    size_t chunk = seg.length > (1u << 20) ? (1u << 20) : static_cast<size_t>(seg.length);
+    auto w = transport_->send_file(file_->fd(), seg.offset, chunk);
     if (w.ok()) {
       add(metrics().proto[ProcessMetrics::kHttp1].response_bytes, w.bytes);
-      file_offset_ += w.bytes;
-      file_left_ -= w.bytes;
+      file_->advance(w.bytes);
       continue;
     }
     if (w.again()) return false;
@@ -711,7 +549,7 @@ void Connection::flush() {
         continue;
       }
       if (w.again()) break;
-      abort_stream();
+      exchange_.peer_gone();
       close_now();
       return;
     }
@@ -724,13 +562,12 @@ void Connection::flush() {
     if (!write_timer_.armed()) write_timer_.arm_after(server_.options().write_timeout_ms);
   } else {
     write_timer_.cancel();
-    if (producer_ && stream_wants_writable_) {
-      stream_wants_writable_ = false;
-      producer_->on_writable(*this);
+    if (exchange_.wants_writable()) {
+      exchange_.writable();
       if (closed_) return;
     }
   }
-  if (out_.empty() && !file_active_ && !producer_ && phase_ == Phase::kIdle) {
+  if (out_.empty() && !file_active_ && !exchange_.producing() && phase_ == Phase::kIdle) {
     if (close_after_write_ || (peer_eof_ && in_.empty())) {
       start_linger();
       return;
@@ -759,10 +596,10 @@ void Connection::update_interest() {
   // a head's worth): dropping EPOLLIN and adding it back would cost two epoll_ctl per deferred,
   // streamed or file response.
   bool room = in_.size() < server_.options().limits.max_head_bytes + kReadSize;
-  if (body_state_ == BodyState::kOpen) {
+  if (exchange_.body_open()) {
     // A streamed body is read only while its consumer takes it, one read at a time, whatever
     // the response does (a request with `Connection: close` still sends its body).
-    if (!peer_eof_ && body_consumer_ && !body_paused_ && in_.size() < kReadSize) want |= EPOLLIN;
+    if (!peer_eof_ && exchange_.body_flowing() && in_.size() < kReadSize) want |= EPOLLIN;
   } else if (phase_ == Phase::kLingering ||
              (!peer_eof_ && !close_after_write_ && out_.size() < kHighWater && (!busy || room))) {
     want |= EPOLLIN;
@@ -796,7 +633,8 @@ void Connection::begin_close() {
     close_after_write_ = true;  // its head may be out already: close once it is complete
     return;
   }
-  if (phase_ == Phase::kIdle && out_.empty() && !file_active_ && !producer_ && in_.empty()) {
+  if (phase_ == Phase::kIdle && out_.empty() && !file_active_ && !exchange_.producing() &&
+      in_.empty()) {
     // An idle keep-alive connection: a request may already be on its way (a client under load
     // sends the next one the moment it read a response). Serve it as the last if it arrives
     // within a short grace, else close: closing at once would reset such a request.
@@ -814,11 +652,8 @@ void Connection::policy_changed() {
 void Connection::close_now() {
   if (closed_) return;
   closed_ = true;
-  if (in_request_) {
-    in_request_ = false;
-    server_.request_finished();
-  }
-  abort_stream();
+  exchange_.release();
+  exchange_.peer_gone();
   read_timer_.cancel();
   write_timer_.cancel();
   if (transport_) {
