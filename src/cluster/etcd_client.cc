@@ -84,6 +84,21 @@ std::string http_request(std::string_view method, std::string_view path, std::st
   return out;
 }
 
+core::Result<std::pair<core::SocketAddress, std::string>> parse_endpoint(std::string_view text) {
+  std::string_view rest = text;
+  auto bad = [text](std::string why) {
+    return core::Error{EINVAL, "etcd endpoint '" + std::string(text) + "': " + std::move(why)};
+  };
+  if (rest.starts_with("https://")) return bad("TLS to etcd is not supported yet");
+  if (rest.starts_with("http://")) rest.remove_prefix(7);
+  while (rest.ends_with("/")) rest.remove_suffix(1);
+  if (rest.empty() || rest.find('/') != std::string_view::npos)
+    return bad("expected http://IP:port");
+  auto addr = core::parse_address(rest);
+  if (!addr) return bad(addr.error().reason);
+  return std::pair{*addr, std::string(rest)};
+}
+
 // ---- unary calls ------------------------------------------------------------------------------
 
 struct Client::Call {
@@ -241,16 +256,9 @@ core::Result<std::unique_ptr<Client>> Client::create(core::EventLoop& loop, Clie
   if (options.endpoints.empty()) return core::Error{EINVAL, "no etcd endpoint"};
   std::vector<Endpoint> endpoints;
   for (const auto& e : options.endpoints) {
-    std::string_view text = e;
-    if (text.starts_with("https://"))
-      return core::Error{EINVAL, "etcd endpoint '" + e + "': TLS to etcd is not supported yet"};
-    if (text.starts_with("http://")) text.remove_prefix(7);
-    while (text.ends_with("/")) text.remove_suffix(1);
-    if (text.empty() || text.find('/') != std::string_view::npos)
-      return core::Error{EINVAL, "etcd endpoint '" + e + "': expected http://IP:port"};
-    auto addr = core::parse_address(text);
-    if (!addr) return core::Error{EINVAL, "etcd endpoint '" + e + "': " + addr.error().reason};
-    endpoints.push_back({*addr, std::string(text)});
+    auto parsed = parse_endpoint(e);
+    if (!parsed) return parsed.error();
+    endpoints.push_back({parsed->first, std::move(parsed->second)});
   }
   if (options.max_connections == 0) options.max_connections = 1;
   return std::unique_ptr<Client>(new Client(loop, std::move(options), std::move(endpoints)));

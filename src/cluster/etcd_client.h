@@ -27,6 +27,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "cluster/etcd_codec.h"
@@ -163,6 +165,9 @@ class Client {
   // client is gone, so a dispatch deferred before that does nothing.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
+
+// "http://IP:port" (or "IP:port", "localhost:port"): the address and the Host field, or why not.
+core::Result<std::pair<core::SocketAddress, std::string>> parse_endpoint(std::string_view text);
 
 // The request bytes of one call: "METHOD path HTTP/1.1", Host, a JSON body.
 std::string http_request(std::string_view method, std::string_view path, std::string_view host,
