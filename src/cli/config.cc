@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cluster/etcd_client.h"
 #include "control/admin.h"
 #include "workers/containment.h"
 
@@ -729,6 +730,51 @@ void read_admin(Reader& r, const toml::node& node, const std::string& base_dir, 
   }
 }
 
+// [cluster] etcd = [...], name, node, advertise, ttl
+void read_cluster(Reader& r, const toml::node& node, Config& c, ConfigErrors& errors) {
+  auto* t = node.as_table();
+  if (!t) {
+    errors.problems.push_back("cluster: expected a table");
+    return;
+  }
+  r.check_unknown(*t, "cluster.", {"etcd", "name", "node", "advertise", "ttl"});
+  ClusterConfig& k = c.cluster;
+  for (auto [key, out] : {std::pair{"name", &k.name}, std::pair{"node", &k.node},
+                          std::pair{"advertise", &k.advertise}}) {
+    if (auto* v = t->get(key)) {
+      if (v->is_string())
+        *out = *v->value<std::string>();
+      else
+        errors.problems.push_back(fmt::format("cluster.{}: expected a string", key));
+    }
+  }
+  r.integer(*t, "cluster.", "ttl", k.ttl, 2, 3600);  // etcd grants 2 s at least
+  if (auto* v = t->get("etcd")) {
+    auto* arr = v->as_array();
+    for (size_t i = 0; arr && i < arr->size(); ++i) {
+      auto s = (*arr)[i].value<std::string>();
+      if (!s) {
+        errors.problems.push_back(fmt::format("cluster.etcd[{}]: expected a string", i));
+        continue;
+      }
+      if (auto e = cluster::parse_endpoint(*s); !e)
+        errors.problems.push_back(fmt::format("cluster.etcd[{}]: {}", i, e.error().reason));
+      k.etcd.push_back(*s);
+    }
+    if (!arr) errors.problems.push_back("cluster.etcd: expected an array of http://IP:port");
+  }
+  if (k.etcd.empty()) errors.problems.push_back("cluster.etcd: expected at least one endpoint");
+  if (k.name.empty() || k.name.find('/') != std::string::npos)
+    errors.problems.push_back("cluster.name: expected a non-empty key prefix without '/'");
+  if (k.node.empty()) {
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) == 0) k.node = host;
+  }
+  if (k.node.empty() || k.node.find('/') != std::string::npos)
+    errors.problems.push_back("cluster.node: expected a node id without '/'");
+  if (k.advertise.empty()) k.advertise = c.listen;
+}
+
 }  // namespace
 
 ConfigErrors load_config(const std::string& path, Config& c) {
@@ -758,7 +804,8 @@ ConfigErrors load_config(const std::string& path, Config& c) {
                    "http3",
                    "process_header",
                    "serve_dotfiles",
-                   "admin"});
+                   "admin",
+                   "cluster"});
   r.string(root, "listen", c.listen);
   if (auto p = core::parse_address(c.listen); !p)
     errors.problems.push_back(fmt::format("listen: {}", p.error().reason));
@@ -781,6 +828,7 @@ ConfigErrors load_config(const std::string& path, Config& c) {
   if (auto* node = root.get("tls")) read_tls(r, *node, c, errors);
   if (auto* node = root.get("http3")) read_http3(r, *node, c, errors);
   if (auto* node = root.get("admin")) read_admin(r, *node, config_dir(path), c, errors);
+  if (auto* node = root.get("cluster")) read_cluster(r, *node, c, errors);
   build_policy(c, errors);
   return errors;
 }

@@ -105,6 +105,16 @@ struct AdminConfig {
   std::string token;
 };
 
+// [cluster]: this node's place in a cluster on etcd (docs/cluster.md). Off while `etcd` is empty.
+// `node` defaults to the host name, `advertise` to `listen`.
+struct ClusterConfig {
+  std::vector<std::string> etcd;  // "http://127.0.0.1:2379", ...
+  std::string name = "corral";    // the key prefix shared by the cluster's nodes
+  std::string node;
+  std::string advertise;
+  int ttl = 10;  // seconds: the node's etcd lease
+};
+
 struct Config {
   std::string listen = "127.0.0.1:8080";
   std::string root;   // empty: the embedded welcome site
@@ -129,6 +139,7 @@ struct Config {
   TlsConfig tls;
   Http3Config http3;
   AdminConfig admin;
+  ClusterConfig cluster;
   // With a root: serve paths with a segment starting with '.' (`.env`, `.git/`); false: 404
   // (a first segment `.well-known` is always served).
   bool serve_dotfiles = false;
