@@ -1,12 +1,11 @@
 // H3Connection (h3_connection.cc) and H3Stream (h3_stream.cc): one QUIC connection (ngtcp2_conn +
 // its GnuTLS session) carrying HTTP/3 (nghttp3_conn), and its request streams. A stream collects a
-// request (RequestHead, body up to the server's body limit), runs admission and the Site, and turns
-// the Response description into an HTTP/3 response: a ResponsePlan (http/response_plan.h) whose
-// head is serialized by h3_mapping.h's H3Head, and a body that
-// nghttp3 pulls through read_data — in-memory bodies, files (pread in chunks, Range/If-Range/304
-// via http::resolve_file as over HTTP/1.1), streams (a StreamWriter with backpressure) and deferred
-// responses (a Responder). Every body byte handed to nghttp3 stays in memory until the peer
-// acknowledges it.
+// request (RequestHead, body up to the server's body limit) and hands it to its http::Exchange
+// (http/exchange.h), which runs admission, the Site, the ResponsePlan and the body producers as
+// for every protocol; the stream is the exchange's ExchangeStream: it serializes the head with
+// h3_mapping.h's H3Head and queues the body for nghttp3 to pull through read_data — in-memory
+// bodies, files (the exchange's FileCursor, pread in chunks), stream data with backpressure.
+// Every body byte handed to nghttp3 stays in memory until the peer acknowledges it.
 //
 // Lifetime: owned by the Endpoint (connection table), destroyed after the loop round in which it
 // finished (idle timeout, closing/draining period over, or a fatal error). Timers: one, at
@@ -26,6 +25,7 @@
 
 #include "core/timer_wheel.h"
 #include "http/admission.h"
+#include "http/exchange.h"
 #include "http/file_response.h"
 #include "http/request.h"
 #include "http/response.h"
@@ -37,7 +37,7 @@ namespace corral::quic {
 
 class H3Connection;
 
-class H3Stream final : private http::StreamWriter, private http::Responder {
+class H3Stream final : private http::ExchangeStream {
  public:
   H3Stream(H3Connection& conn, int64_t id);
   ~H3Stream();
@@ -58,61 +58,41 @@ class H3Stream final : private http::StreamWriter, private http::Responder {
 
  private:
   void dispatch();
-  // Through a ResponsePlan (http/response_plan.h): the head as an H3Head, the body read_data.
-  void submit(http::Response& r);
-  void submit_head(const H3Head& head, int status, bool with_body);
-  http::PlanContext plan_context();
+  void submit_head(const H3Head& head, bool with_body);
   void respond_error(int status, std::string_view reason);
   bool fill_file();
   void add_chunk(std::string data);
   void resume();
-  void abort_producers();
-  void access_log();
-  void count_response_head();  // /metrics (http/metrics.h)
-  // StreamWriter
-  bool write(std::string_view data) override;
-  void end() override;
-  void abort() override;
+  // ExchangeStream: the head as an H3Head, the body pulled by nghttp3 through read_data.
+  void send_head(http::ResponsePlan& plan) override;
+  void send_file(http::FileCursor& file) override;
+  bool send_data(std::string_view data) override;
+  void end_stream() override;
+  void reset_stream() override;
   size_t buffered() const override { return unsent_; }
-  // Responder
-  void respond(http::Response response) override;
+  void responded_later() override;
 
   H3Connection& conn_;
   int64_t id_;
   RequestHead head_;
-  http::Request req_;
   std::string body_;
-  bool responded_ = false;
   bool parked_ = false;
   bool finished_ = false;
-  bool in_request_ = false;  // counted in the TCP server's requests in flight
   uint64_t park_deadline_ms_ = 0;
-  std::shared_ptr<const http::Site> site_;
-  uint64_t started_ms_ = 0;
-  uint64_t started_us_ = 0;  // EventLoop::now_us() (/metrics)
-  int status_ = 0;
-  std::string log_method_, log_target_;
-  std::string log_referer_, log_agent_;  // the combined access format only
+  http::Exchange exchange_;  // the request's life (http/exchange.h)
 
   // The body, in chunks handed to nghttp3 in order and released in order as they are acked.
   std::deque<std::string> chunks_;
   size_t next_chunk_ = 0;     // first chunk not yet handed out
   uint64_t front_acked_ = 0;  // acked bytes of chunks_.front()
   uint64_t unsent_ = 0;       // bytes in chunks not handed out yet
-  uint64_t body_bytes_ = 0;   // handed out (access log)
   bool eof_ = false;          // no chunk will be added any more
-  bool cut_ = false;          // abort(): the stream is reset, nothing is added any more
+  bool cut_ = false;          // reset_stream(): nothing is added any more
   bool blocked_ = false;      // read_data said WOULDBLOCK: resume on new data
-  bool wants_writable_ = false;
-  bool in_read_ = false;  // inside read_data (nghttp3 must not be re-entered)
-  // A file body: what resolve_file decided (the open fd, the multipart framing the segments
-  // point at), and where we are.
-  http::ResolvedFile file_;
-  std::vector<http::FileSegment> segments_;  // what is left of it (http::file_segments)
-  size_t segment_ = 0;
+  bool in_read_ = false;      // inside read_data (nghttp3 must not be re-entered)
+  // A file body: the exchange's cursor, read in chunks as nghttp3 asks.
+  http::FileCursor* file_ = nullptr;
   bool file_active_ = false;
-  std::unique_ptr<http::StreamProducer> producer_;
-  std::unique_ptr<http::DeferredProducer> deferred_;
 };
 
 class H3Connection {
