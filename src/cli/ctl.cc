@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -16,6 +17,7 @@
 #include <ctime>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <optional>
 
 #include <nlohmann/json.hpp>
@@ -23,6 +25,8 @@
 #include "app/app.h"
 #include "cli/config.h"
 #include "cli/ctl_format.h"
+#include "cluster/etcd_client.h"
+#include "core/event_loop.h"
 #include "core/owned_path.h"
 #include "core/socket.h"
 #include "http/percent.h"
@@ -457,15 +461,91 @@ int run_action(const std::string& dir, const CtlOptions& o) {
   return 0;
 }
 
+// `ctl cluster`: the nodes in etcd and how many addresses each owns, read from the etcd that
+// --config's [cluster] names (not through a running corral: any machine with the file can ask).
+int run_cluster(const CtlOptions& o) {
+  if (o.config_path.empty()) {
+    std::cerr << "corral: ctl cluster: name the configuration with --config FILE (its [cluster] "
+                 "says where etcd is)\n";
+    return kCtlUsage;
+  }
+  Config config;
+  auto errors = load_config(o.config_path, config);
+  for (const auto& p : errors.problems)
+    std::cerr << "corral: " << o.config_path << ": " << p << "\n";
+  if (!errors.empty()) return kCtlBadConfig;
+  const ClusterConfig& k = config.cluster;
+  if (k.etcd.empty()) {
+    std::cerr << "corral: ctl cluster: " << o.config_path << " has no [cluster] section\n";
+    return kCtlBadConfig;
+  }
+  core::EventLoop loop;
+  cluster::ClientOptions options;
+  options.endpoints = k.etcd;
+  options.request_timeout_ms = 3000;
+  auto client = cluster::Client::create(loop, options);
+  if (!client) {
+    std::cerr << "corral: ctl cluster: " << client.error().reason << "\n";
+    return kCtlBadConfig;
+  }
+  std::string nodes_prefix = k.name + "/nodes/";
+  std::string addresses_prefix = k.name + "/addresses/";
+  std::optional<core::Result<cluster::RangeResponse>> nodes, addresses;
+  (*client)->range({.key = nodes_prefix, .range_end = cluster::prefix_end(nodes_prefix)},
+                   [&](core::Result<cluster::RangeResponse> r) { nodes.emplace(std::move(r)); });
+  (*client)->range(
+      {.key = addresses_prefix, .range_end = cluster::prefix_end(addresses_prefix)},
+      [&](core::Result<cluster::RangeResponse> r) { addresses.emplace(std::move(r)); });
+  // Every call ends within the client's request timeout.
+  while (!nodes || !addresses) loop.run_once(100);
+  for (auto* r : {&*nodes, &*addresses}) {
+    if (!*r) {
+      std::cerr << "corral: ctl cluster: etcd (" << fmt::format("{}", fmt::join(k.etcd, ", "))
+                << "): " << r->error().reason << "\n";
+      return kCtlUnavailable;
+    }
+  }
+  struct Row {
+    std::string advertise = "-";  // an owner whose node key went (its lease is expiring)
+    size_t owned = 0;
+  };
+  std::map<std::string, Row> rows;
+  for (const auto& kv : (*nodes)->kvs)
+    rows[kv.key.substr(nodes_prefix.size())].advertise = kv.value;
+  size_t failed = 0;
+  for (const auto& kv : (*addresses)->kvs) {
+    if (kv.key.ends_with("/owner")) ++rows[kv.value].owned;
+    if (kv.key.ends_with("/failed")) ++failed;
+  }
+  if (o.json) {
+    nlohmann::json j{{"name", k.name}, {"failed", failed}, {"nodes", nlohmann::json::array()}};
+    for (const auto& [node, row] : rows)
+      j["nodes"].push_back(
+          {{"node", node}, {"advertise", row.advertise}, {"addresses", row.owned}});
+    std::cout << json_out(j);
+    return 0;
+  }
+  size_t w_node = 4, w_adv = 9;
+  for (const auto& [node, row] : rows) {
+    w_node = std::max(w_node, node.size());
+    w_adv = std::max(w_adv, row.advertise.size());
+  }
+  std::cout << fmt::format("{:<{}}  {:<{}}  {}\n", "NODE", w_node, "ADVERTISE", w_adv, "ADDRESSES");
+  for (const auto& [node, row] : rows)
+    std::cout << fmt::format("{:<{}}  {:<{}}  {}\n", node, w_node, row.advertise, w_adv, row.owned);
+  if (failed) std::cout << failed << (failed == 1 ? " address" : " addresses") << " failed\n";
+  return 0;
+}
+
 }  // namespace
 
 CLI::App* add_ctl_command(CLI::App& app, CtlOptions& o) {
   auto* ctl = app.add_subcommand("ctl", "Ask a running corral (its control socket)");
   ctl->add_option("WHAT", o.what,
                   "processes | workers | kinds | top | logs | retry | stop | suspend | resume | "
-                  "rollout (default processes)")
+                  "rollout | cluster (default processes)")
       ->check(CLI::IsMember({"processes", "workers", "kinds", "top", "logs", "retry", "stop",
-                             "suspend", "resume", "rollout"}));
+                             "suspend", "resume", "rollout", "cluster"}));
   ctl->add_option("ADDRESS", o.address,
                   "The worker address (logs, retry, stop, suspend, resume) or the KIND (rollout)");
   ctl->add_option("--config", o.config_path,
@@ -485,6 +565,7 @@ CLI::App* add_ctl_command(CLI::App& app, CtlOptions& o) {
 }
 
 int run_ctl(const CtlOptions& o) {
+  if (o.what == "cluster") return run_cluster(o);
   std::string dir;
   if (int status = find_state_dir(o, dir); status != 0) return status;
   if (o.what == "rollout") return run_rollout(dir, o.address, o.to, o.json);
