@@ -39,7 +39,7 @@ struct FakeWorker {
   Limits limits;
   core::UniqueFd control;      // the worker's end of its control link
   core::UniqueFd out, err;     // the write ends of its stdout and stderr
-  core::UniqueFd exit_signal;  // the eventfd handed out as its pidfd (a duplicate)
+  core::UniqueFd exit_signal;  // the eventfd handed out as its pidfd (a duplicate, until reaped)
   std::optional<WorkerExit> exit;
   bool reaped = false;
   bool exiting = false;  // liveness() says `exiting` (killed, its exit not reported yet)
@@ -224,6 +224,7 @@ class FakeLauncher {
     EXPECT_FALSE(w->reaped) << "pid " << pid << " reaped twice";
     eventfd_t v;
     (void)eventfd_read(w->exit_signal.get(), &v);
+    w->exit_signal.reset();  // as a reaped process holds nothing any more
     w->reaped = true;
     return w->exit;
   }

@@ -84,6 +84,13 @@
 // workers/kind_log.h), and
 // the last 64 KiB of stderr are kept per address (while the address has an entry).
 //
+// Processes: every call the manager makes about a child (launch, signal, reap, whether it is on
+// its way out, the destructor's kill, the orphan sweep, becoming a subreaper) goes through its
+// Launcher (launcher.h), as the fan-out supervisor's do through fanout::Launcher. What it does
+// itself is the child's I/O on the descriptors of the launch: the control link, stdout and
+// stderr, the pidfd it watches. Its lifecycle rules are tested on FakeLauncher (fake_launcher.h),
+// on a fake clock and without a fork (manager_fake_test.cc).
+//
 // Lifetime: one Manager per supervisor, destroyed before its loop; its destructor SIGKILLs and
 // reaps what is left. Single-threaded (the loop's thread).
 #pragma once

@@ -24,6 +24,12 @@ namespace {
 
 using F = FakeLauncher;
 
+size_t open_fds() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n - 1;  // the iterator's own
+}
+
 class FakeManagerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -694,6 +700,86 @@ TEST_F(FakeManagerTest, AStartQueuedLongerThanTheStartTimeoutWithoutProgressIsRe
   ASSERT_TRUE(b.has_value());
   EXPECT_EQ(b->error["code"], "start_limit");
   EXPECT_FALSE(a.has_value());
+}
+
+TEST_F(FakeManagerTest, ACrashBeforeReadyRejectsEveryWaiter) {
+  make();
+  std::vector<std::optional<Resolution>> r(3);
+  for (auto& one : r) resolve("doc:x", one);
+  ASSERT_EQ(fake_.workers.size(), 1u);
+  F::send(fake_.last(), {{"type", "started"}});
+  run();
+  F::crash(fake_.last(), SIGABRT);
+  run();
+  for (auto& one : r) {
+    ASSERT_TRUE(one.has_value());
+    EXPECT_EQ(one->error["code"], "worker_exited");
+  }
+  EXPECT_EQ(fake_.workers.size(), 1u);
+}
+
+TEST_F(FakeManagerTest, AStopBetweenStartedAndReadyRecordsNoFailureAndAResolveStartsAgain) {
+  Manager& m = make();
+  std::optional<Resolution> r;
+  resolve("doc:sr", r);
+  FakeWorker& w = fake_.last();
+  F::send(w, {{"type", "started"}});
+  run();
+  EXPECT_EQ(status("doc:sr"), "starting");
+  EXPECT_TRUE(m.stop("doc:sr"));
+  run();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->error["code"], "stopped");
+  std::optional<Resolution> again;
+  resolve("doc:sr", again);  // waits for the exit
+  EXPECT_EQ(fake_.workers.size(), 1u);
+  shut_down(w);
+  ASSERT_EQ(fake_.workers.size(), 2u);
+  start_up(fake_.last());
+  ASSERT_TRUE(again && again->ok());
+  EXPECT_EQ(status("doc:sr"), "running");
+  EXPECT_FALSE(logged("worker_failed"));
+}
+
+// A thousand addresses started and stopped leave no entry, no descriptor and no socket file.
+TEST_F(FakeManagerTest, AThousandAddressesLeaveNothingBehind) {
+  options_.max_starting = 50;
+  Manager& m = make();
+  running("doc:warmup");  // opens the kind's log file
+  EXPECT_TRUE(m.stop("doc:warmup"));
+  run();
+  shut_down(fake_.last());
+  run();
+  size_t fds = open_fds();
+  constexpr int kAddresses = 1'000, kBatch = 50;
+  for (int base = 0; base < kAddresses; base += kBatch) {
+    int answered = 0, ok = 0;
+    for (int i = base; i < base + kBatch; ++i) {
+      m.resolve("doc:n" + std::to_string(i), [&](const Resolution& r) {
+        ++answered;
+        ok += r.ok();
+      });
+    }
+    run();
+    ASSERT_EQ(fake_.workers.size(), static_cast<size_t>(base + kBatch + 1));
+    for (int i = base; i < base + kBatch; ++i) start_up(*fake_.workers[static_cast<size_t>(i + 1)]);
+    EXPECT_EQ(answered, kBatch);
+    EXPECT_EQ(ok, kBatch);
+    for (int i = base; i < base + kBatch; ++i) m.stop("doc:n" + std::to_string(i));
+    run();
+    for (int i = base; i < base + kBatch; ++i)
+      F::exit_with(*fake_.workers[static_cast<size_t>(i + 1)], 0);
+    run();
+    ASSERT_EQ(m.live_workers(), 0u);
+  }
+  EXPECT_TRUE(m.state().empty());
+  EXPECT_EQ(fake_.live(), 0u);
+  EXPECT_EQ(open_fds(), fds);
+  EXPECT_FALSE(logged("worker_failed"));
+  size_t sockets = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(state_ + "/sockets"))
+    ++sockets;
+  EXPECT_EQ(sockets, 0u);
 }
 
 // --- Warm spares ---
