@@ -19,7 +19,7 @@
 // A response that ends while its body is still coming closes the connection after it is written
 // (with `Connection: close`): the rest of the body is never parsed as a request.
 //
-// Lifetime: the BodyStream (Request::body_stream, the connection itself) is valid until the
+// Lifetime: the BodyStream (Request::body_stream, the request's Exchange) is valid until the
 // consumer got on_body_end or on_body_abort, or detached with read(nullptr); a consumer that is
 // destroyed before either must detach first. Callbacks never run inside read() or resume() (they
 // run from the loop), so a consumer may call them from anywhere. Single-threaded: the loop's.

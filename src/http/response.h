@@ -44,8 +44,8 @@ struct FileSpec {
   bool dotfiles = false;
 };
 
-// The connection's side of a stream, handed to the producer. Valid from on_start until on_abort
-// or until end() returns.
+// The exchange's side of a stream (exchange.h), handed to the producer. Valid from on_start
+// until on_abort or until end() returns.
 class StreamWriter {
  public:
   // Queues data; returns false once the queued bytes pass the high-water mark: stop writing and
@@ -117,7 +117,7 @@ struct UpgradeBody {
 
 class Response;
 
-// The connection's side of a deferred response: respond() once, with any description but another
+// The exchange's side of a deferred response: respond() once, with any description but another
 // deferred one. Valid until respond() or the producer's on_abort().
 class Responder {
  public:
