@@ -20,6 +20,7 @@
 #include "core/escape.h"
 #include "core/socket.h"
 #include "http/percent.h"
+#include "workers/control_codec.h"
 #include "workers/orphans.h"
 
 namespace corral::workers {
@@ -31,21 +32,8 @@ namespace {
 // A child that closed its control link may simply be exiting: its fds close a moment before its
 // pidfd reports the exit. The link is called lost only if the child still lives this much later.
 constexpr uint32_t kLinkCheckMs = 100;
-constexpr size_t kMaxPacket = 64 * 1024;
 constexpr size_t kMaxPartialLine = 16 * 1024;
 constexpr size_t kMaxPublicField = 1024;
-
-// A JSON message as text; nullopt (and a logged error) when it cannot be written. Addresses cross
-// JSON in their wire form (core::wire_encode), so this only guards against a path or a start
-// hook's data that is not valid UTF-8.
-std::optional<std::string> dump_message(core::Logger& log, const nlohmann::json& msg) {
-  try {
-    return msg.dump();
-  } catch (const nlohmann::json::exception& e) {
-    log.error("worker_message_unwritable", "error=\"{}\"", e.what());
-    return std::nullopt;
-  }
-}
 
 }  // namespace
 
@@ -297,11 +285,9 @@ void Manager::begin_start(Worker& w, nlohmann::json start_data) {
   log_.info("worker_starting", "address=\"{}\" pid={}{}", slot.address, w.pid,
             w.from_spare ? " spare=true" : "");
   // The code set goes by reference (code.manifest): its size never makes the message too large.
-  nlohmann::json msg = {{"type", "start"},
-                        {"address", core::wire_encode(slot.address)},
-                        {"start", std::move(start_data)},
-                        {"lock", options_.state_dir + "/locks/" + lock_file_name(slot.address)}};
-  if (cfg.code) msg["code"] = cfg.code->code_json();
+  nlohmann::json msg = control::start(core::wire_encode(slot.address), std::move(start_data),
+                                      options_.state_dir + "/locks/" + lock_file_name(slot.address),
+                                      cfg.code ? &*cfg.code : nullptr);
   rollout_on_start(slot);
   errno = 0;
   if (!send(w, msg)) {
@@ -318,9 +304,14 @@ void Manager::begin_start(Worker& w, nlohmann::json start_data) {
 
 bool Manager::send(Worker& w, const nlohmann::json& msg) {
   if (!w.control) return false;
-  auto text = dump_message(log_, msg);
-  if (!text) return false;
-  const std::string& data = *text;
+  // Addresses cross JSON in their wire form (core::wire_encode), so this only fails for a path or
+  // a start hook's data that is not valid UTF-8.
+  auto text = control::encode(msg);
+  if (!text) {
+    log_.error("worker_message_unwritable", "error=\"{}\"", text.error().reason);
+    return false;
+  }
+  const std::string& data = text.value();
   return ::send(w.control.get(), data.data(), data.size(), MSG_NOSIGNAL | MSG_DONTWAIT) ==
          static_cast<ssize_t>(data.size());
 }
@@ -328,7 +319,7 @@ bool Manager::send(Worker& w, const nlohmann::json& msg) {
 void Manager::read_control(Worker& w) {
   // Several packets per wakeup, bounded so one chatty worker cannot starve the loop.
   for (int i = 0; i < 16 && w.control; ++i) {
-    char buf[kMaxPacket];
+    char buf[control::kMaxPacket];
     ssize_t n = ::recv(w.control.get(), buf, sizeof buf, MSG_DONTWAIT | MSG_TRUNC);
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
     if (n <= 0) return on_link_closed(w);
@@ -337,13 +328,13 @@ void Manager::read_control(Worker& w) {
                 w.slot->address, n);
       return on_link_closed(w);
     }
-    auto msg = nlohmann::json::parse(std::string_view(buf, static_cast<size_t>(n)), nullptr, false);
-    if (!msg.is_object() || !msg.contains("type") || !msg["type"].is_string()) {
-      log_.warn("worker_protocol_error", "address=\"{}\" error=\"not a JSON message\"",
-                w.slot->address);
+    auto msg = control::decode(std::string_view(buf, static_cast<size_t>(n)));
+    if (!msg) {
+      log_.warn("worker_protocol_error", "address=\"{}\" error=\"{}\"", w.slot->address,
+                msg.error().reason);
       return on_link_closed(w);
     }
-    on_message(w, msg);
+    on_message(w, msg.value().body);
   }
 }
 
@@ -492,7 +483,7 @@ void Manager::begin_stop(Worker& w, std::string_view why) {
   // would queue on a worker that no longer accepts and be reset at its exit: for a POST, a 502.
   remove_socket(slot);
   // Without a link, SIGTERM is the same request (the worker library treats them alike).
-  if (!send(w, {{"type", "shutdown"}})) signal(w, SIGTERM);
+  if (!send(w, control::shutdown())) signal(w, SIGTERM);
   w.kill_timer.arm_after(slot.kind->config.stop_grace_ms);
   changed(slot);
 }

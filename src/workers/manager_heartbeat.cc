@@ -9,6 +9,7 @@
 //
 // One ping at a time per worker, one timer per worker: armed for the next ping, then for the
 // waiting ping's deadline. A stopping worker is no longer pinged (its stop has its own grace).
+#include "workers/control_codec.h"
 #include "workers/manager_impl.h"
 
 namespace corral::workers {
@@ -53,7 +54,7 @@ void Manager::heartbeat_due(Worker& w) {
   w.ping_sent_ms = now;
   // A ping that cannot be sent (the worker does not read its link, so the socket's buffer is
   // full) is as unanswered as one that was.
-  send(w, {{"type", "ping"}, {"id", w.ping_waiting}});
+  send(w, control::ping(w.ping_waiting));
   w.heartbeat.arm_after(2 * static_cast<uint64_t>(every));
 }
 

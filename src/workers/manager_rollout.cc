@@ -6,6 +6,7 @@
 // failure and lost link, at a slot's end and at close; each settles the worker's entry, and the
 // last one settled reports.
 #include "core/escape.h"
+#include "workers/control_codec.h"
 #include "workers/manager_impl.h"
 
 namespace corral::workers {
@@ -111,7 +112,7 @@ void Manager::rollout_reload(Worker& w, const CodeSet& set) {
     return;
   }
   uint64_t id = ++w.reload_ids;
-  nlohmann::json msg = {{"type", "reload"}, {"id", id}, {"code", set.code_json()}};
+  nlohmann::json msg = control::reload(id, set);
   if (send(w, msg)) {
     w.reload_sent = Worker::SentReload{id, set.version};
     return;

@@ -15,6 +15,7 @@
 
 #include "core/escape.h"
 #include "core/socket.h"
+#include "workers/control_codec.h"
 #include "workers/manager_impl.h"
 
 namespace corral::workers {
@@ -221,7 +222,7 @@ void Manager::spare_stop(Worker& w, std::string_view why) {
   log_.info("worker_spare_stopping", "kind={} spare={} pid={} reason={}", w.slot->kind->config.name,
             w.slot->spare_id, w.pid, why);
   remove_socket(*w.slot);
-  if (!send(w, {{"type", "shutdown"}})) signal(w, SIGTERM);
+  if (!send(w, control::shutdown())) signal(w, SIGTERM);
   w.kill_timer.arm_after(w.slot->kind->config.stop_grace_ms);
 }
 
