@@ -193,13 +193,16 @@ core::Result<std::string> sign_request(const AccountKey& key, std::string_view k
     header["jwk"] = key.jwk();
   else
     header["kid"] = kid;
-  std::string protected64 = base64url(header.dump());
+  // The nonce and the kid come from the server's headers: bytes that are not UTF-8 are replaced
+  // (the server then refuses the request) rather than thrown on.
+  constexpr auto kReplace = nlohmann::json::error_handler_t::replace;
+  std::string protected64 = base64url(header.dump(-1, ' ', false, kReplace));
   std::string payload64 = base64url(payload);
   auto sig = key.sign(protected64 + "." + payload64);
   if (!sig) return sig.error();
   nlohmann::json body = {
       {"protected", protected64}, {"payload", payload64}, {"signature", base64url(sig.value())}};
-  return body.dump();
+  return body.dump(-1, ' ', false, kReplace);
 }
 
 std::string key_authorization(std::string_view token, const AccountKey& key) {

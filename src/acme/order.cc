@@ -27,6 +27,11 @@ bool success(int status) {
   return status >= 200 && status < 300;
 }
 
+// JSON text that never throws: bytes that are not UTF-8 (a server's) are replaced.
+std::string dump(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 }  // namespace
 
 Order::Order(OrderOptions options, const AccountKey& key, std::string csr_der)
@@ -74,7 +79,7 @@ Step Order::send(std::string what, const std::string& url,
   s.request.url = url;
   bool with_jwk = state_ == State::kAccount;
   auto body = sign_request(key_, with_jwk ? std::string_view() : account_url_, nonce_, url,
-                           payload ? payload->dump() : std::string());
+                           payload ? dump(*payload) : std::string());
   if (!body) {
     fail("signing " + s.what + ": " + body.error().reason);
     return next();
@@ -170,7 +175,7 @@ void Order::take_order(const nlohmann::json& order) {
   if (status == "valid" && !certificate_url_.empty()) {
     state_ = State::kCertificate;
   } else if (status == "invalid") {
-    fail("order invalid: " + (order.contains("error") ? order["error"].dump() : "no reason"));
+    fail("order invalid: " + (order.contains("error") ? dump(order["error"]) : "no reason"));
   } else if (status == "pending") {
     if (authorizations_.empty()) return fail("order pending without authorizations");
     authz_ = 0;
@@ -207,7 +212,7 @@ void Order::after_authorization(const nlohmann::json& authz) {
     std::string why;
     if (challenges)
       for (const auto& c : *challenges)
-        if (c.is_object() && c.contains("error")) why += " " + c["error"].dump();
+        if (c.is_object() && c.contains("error")) why += " " + dump(c["error"]);
     return fail(fmt::format("authorization for {} {}{}", domain, status, why));
   }
   if (status != "pending") return fail(fmt::format("authorization with status \"{}\"", status));

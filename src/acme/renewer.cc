@@ -114,6 +114,8 @@ long Renewer::renew_in_seconds() {
         published_ = true;
         log_.info("acme_certificate_loaded", "path={} not_after={} renew_at={}",
                   board_->cert_path(), iso(until), iso(renew_at));
+      } else if (renew_at > now) {
+        log_.info("acme_renewal_scheduled", "not_after={} renew_at={}", iso(until), iso(renew_at));
       }
       in = renew_at - now;
     }

@@ -4,14 +4,20 @@
     for "localhost" from pebble, which validates by connecting to corral's plain and TLS ports;
     curl then verifies what corral's TLS port serves against pebble's root (from its management
     endpoint /roots/0); the key and the chain are 0600 in the state directory;
+  * renewal: with pebble issuing 18-second certificates, the renewal at two thirds of the life
+    swaps the certificate while clients keep making HTTPS connections, none failing; then with
+    pebble stopped, the next renewal fails, is retried later, and the current certificate stays;
   * the CA unreachable with until_issued = "refuse": the order fails with a log line and is
     retried, TLS handshakes are refused meanwhile, and the plain port keeps serving.
 
 pebble's own HTTPS listener uses a certificate made by `corral cert` (Debian's pebble ships no
 test certificate), which is also what corral trusts for the directory (`ca_file`).
 """
+import hashlib
+import http.client
 import json
 import os
+import threading
 import socket
 import ssl
 import stat
@@ -49,7 +55,7 @@ def make_cert(directory):
     return str(directory / "dev-cert.pem"), str(directory / "dev-key.pem")
 
 
-def start_pebble(tmp_path, processes, http_port, tls_port):
+def start_pebble(tmp_path, processes, http_port, tls_port, validity=None):
     cert, key = make_cert(tmp_path / "pebble-cert")
     acme_port, mgmt_port = free_port(), free_port()
     config = {"pebble": {
@@ -58,6 +64,8 @@ def start_pebble(tmp_path, processes, http_port, tls_port):
         "certificate": cert, "privateKey": key,
         "httpPort": http_port, "tlsPort": tls_port,
         "ocspResponderURL": "", "externalAccountBindingRequired": False}}
+    if validity:
+        config["pebble"]["certificateValidityPeriod"] = validity
     path = tmp_path / "pebble.json"
     path.write_text(json.dumps(config))
     pebble = start([PEBBLE, "-config", str(path)], str(tmp_path / "pebble.log"),
@@ -86,6 +94,25 @@ acme = {{ {acme} }}
     return corral, state
 
 
+def fetch_root(tmp_path, pebble_cert, mgmt_port):
+    """pebble's root, from its management endpoint (served with the certificate we gave it)."""
+    ctx = ssl.create_default_context(cafile=pebble_cert)
+    with urllib.request.urlopen(f"https://localhost:{mgmt_port}/roots/0", context=ctx,
+                                timeout=10) as r:
+        root = r.read()
+    path = tmp_path / "pebble-root.pem"
+    path.write_bytes(root)
+    return str(path)
+
+
+def served_fingerprint(port, cafile):
+    """The SHA-256 of the leaf corral's TLS port serves, verified against `cafile`."""
+    ctx = ssl.create_default_context(cafile=cafile)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+            return hashlib.sha256(s.getpeercert(binary_form=True)).hexdigest()
+
+
 def curl(url, cafile, extra=()):
     return subprocess.run(["curl", "-sS", "--max-time", "10", "--cacert", cafile, "-o",
                            "/dev/null", "-w", "%{http_code}", *extra, url],
@@ -109,19 +136,13 @@ def test_certificate_from_pebble_served_to_curl(tmp_path, processes, challenge):
     else:
         assert "acme-tls/1 validation answered" in corral.log()
 
-    # pebble's root, from its management endpoint (served with the certificate we gave it).
-    ctx = ssl.create_default_context(cafile=pebble_cert)
-    with urllib.request.urlopen(f"https://localhost:{mgmt_port}/roots/0", context=ctx,
-                                timeout=10) as r:
-        root = r.read()
-    root_path = tmp_path / "pebble-root.pem"
-    root_path.write_bytes(root)
+    root_path = fetch_root(tmp_path, pebble_cert, mgmt_port)
 
     # The server process takes the new certificate at its next handshake, without a restart.
     result = poll(lambda: (lambda r: r if r.returncode == 0 and r.stdout == "200" else None)(
-        curl(f"https://localhost:{tls_port}/", str(root_path))),
+        curl(f"https://localhost:{tls_port}/", root_path)),
         timeout=ceiling(10), what="curl verifying against pebble's root",
-        detail=lambda: curl(f"https://localhost:{tls_port}/", str(root_path)).stderr)
+        detail=lambda: curl(f"https://localhost:{tls_port}/", root_path).stderr)
     assert result.stdout == "200"
     assert corral.log().count("process_started") == 1  # no restart, no new generation
 
@@ -156,3 +177,63 @@ def test_unreachable_ca_refuses_tls_and_retries(tmp_path, processes):
                        timeout=20)
     assert r.stdout == "200"
     assert not os.path.exists(state / "acme" / "cert.pem")
+
+
+def test_renewal_swaps_under_load_and_survives_the_ca_down(tmp_path, processes):
+    http_port, tls_port = free_port(), free_port()
+    pebble, pebble_cert, directory, mgmt_port = start_pebble(tmp_path, processes, http_port,
+                                                             tls_port, validity=18)
+    corral, state = start_corral(
+        tmp_path, processes, http_port, tls_port,
+        f'directory = "{directory}", domains = ["localhost"], ca_file = "{pebble_cert}", '
+        f'challenges = ["http-01"]')
+    corral.wait_log(r"acme_certificate_issued", timeout=ceiling(30))
+    corral.wait_log(r"acme_renewal_scheduled", timeout=ceiling(10))
+    root = fetch_root(tmp_path, pebble_cert, mgmt_port)
+    first = served_fingerprint(tls_port, root)  # published before it was logged
+
+    # Clients keep opening HTTPS connections (each a full handshake, verified against pebble's
+    # root) until the renewal at two thirds of the 18 s has been served.
+    stop = threading.Event()
+    counts = {"ok": 0, "failed": []}
+    ctx = ssl.create_default_context(cafile=root)
+
+    def load():
+        while not stop.is_set():
+            try:
+                conn = http.client.HTTPSConnection("localhost", tls_port, context=ctx, timeout=10)
+                conn.request("GET", "/")
+                status = conn.getresponse().status
+                conn.close()
+                if status == 200:
+                    counts["ok"] += 1
+                else:
+                    counts["failed"].append(status)
+            except Exception as e:  # noqa: BLE001 - every failure is what the test counts
+                counts["failed"].append(repr(e))
+
+    threads = [threading.Thread(target=load) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        poll(lambda: corral.log().count("acme_certificate_issued") >= 2, timeout=ceiling(30),
+             what="the renewal", detail=lambda: corral.log()[-2000:])
+        second = poll(lambda: (lambda f: f if f != first else None)(
+            served_fingerprint(tls_port, root)), timeout=ceiling(10), what="the new certificate")
+        ok_at_swap = counts["ok"]
+        poll(lambda: counts["ok"] > ok_at_swap + 5, timeout=ceiling(10), what="more requests")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=20)
+    assert counts["failed"] == [], counts["failed"][:5]
+    assert counts["ok"] > 10
+    assert corral.log().count("process_started") == 1  # no restart, no new generation
+
+    # The CA goes away: the next renewal fails and is retried; the certificate in use stays.
+    pebble.stop()
+    corral.wait_log(r"acme_order_failed domains=localhost error=\"directory: connect",
+                    timeout=ceiling(30))
+    corral.wait_log(r"acme_retry in_seconds=30", timeout=ceiling(10))
+    assert served_fingerprint(tls_port, root) == second
+    assert stat.S_IMODE(os.stat(state / "acme" / "cert.pem").st_mode) == 0o600
