@@ -928,6 +928,27 @@ TEST_F(FakeRolloutTest, ACrashDuringTheRolloutIsAnErrorAndTheAddressFails) {
   (void)m;
 }
 
+TEST_F(FakeRolloutTest, AWorkerStartingDuringAnInPlaceRolloutEndsOnTheNewVersion) {
+  kind_.reload = KindConfig::Reload::in_place;
+  Manager& m = make();
+  std::optional<Resolution> r;
+  resolve("doc:s", r);
+  FakeWorker& w = fake_.last();
+  EXPECT_EQ(F::last(w, "start")["code"]["version"], std::string(64, 'a'));
+  roll('b');
+  auto reload = F::last(w, "reload");  // sent at once: the worker applies it after its `ready`
+  ASSERT_FALSE(reload.is_null());
+  start_up(w);
+  ASSERT_TRUE(r && r->ok());
+  EXPECT_FALSE(report_.has_value());
+  F::send(w, {{"type", "reloaded"}, {"id", reload["id"]}, {"version", std::string(64, 'b')}});
+  run();
+  ASSERT_TRUE(report_.has_value());
+  EXPECT_EQ(report_->failed, 0u);
+  EXPECT_EQ(m.entry("doc:s")["version"], std::string(64, 'b'));
+  EXPECT_EQ(fake_.workers.size(), 1u);
+}
+
 // --- The heartbeat ---
 
 TEST_F(FakeManagerTest, AWorkerThatStopsAnsweringPingsIsStoppedAsALostLink) {

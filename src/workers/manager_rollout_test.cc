@@ -341,6 +341,8 @@ TEST_F(RolloutTest, AWorkerStartingDuringTheRolloutEndsOnTheNewVersion) {
   EXPECT_TRUE(first->ok());
   EXPECT_EQ(entry_for(r, "doc:s")["report"]["version"], ver('b')) << r.to_json().dump();
   EXPECT_EQ(version_of(m, "doc:s"), ver('b'));
+  // The child records its reply after sending it: wait for the record, not for the clock.
+  ASSERT_TRUE(run_until([&] { return event_at("reload_replied:1") > 0; }));
   EXPECT_GT(event_at("reload_replied:1"), event_at("ready"));
   EXPECT_EQ(forks_, 1);
 }
