@@ -82,10 +82,10 @@ void Manager::OutputReader::close() {
 
 Manager::~Manager() {
   // Whatever is left dies with the manager: a destructor cannot wait for a grace period.
-  for (auto& [address, slot] : slots_) {
-    if (!slot->worker) continue;
-    kill_now(*slot->worker);
-    remove_socket(*slot);
+  for (auto& [address, home] : homes_) {
+    if (!home->worker) continue;
+    kill_now(*home->worker);
+    remove_socket(*home);
   }
   spares_destroy();
   sweep_orphans(/*wait=*/true);  // what they left outside their groups, reaped before we go
@@ -98,8 +98,8 @@ void Manager::signal(const Worker& w, int sig) {
 void Manager::sweep_orphans(bool wait) {
   if (!options_.sweep_orphans) return;
   std::set<pid_t> workers;
-  for (const auto& [address, slot] : slots_)
-    if (slot->worker && !slot->worker->exited) workers.insert(slot->worker->pid);
+  for (const auto& [address, home] : homes_)
+    if (home->worker && !home->worker->exited) workers.insert(home->worker->pid);
   for (const auto& kind : kinds_)
     for (const auto& s : kind->spares)
       if (s->worker && !s->worker->exited) workers.insert(s->worker->pid);
@@ -135,10 +135,10 @@ void Manager::kill_now(Worker& w) {
 
 // Only our own socket file: another manager on the same state directory (corral restarted while
 // an old worker still stopped) may have replaced it.
-void Manager::remove_socket(Slot& slot) {
+void Manager::remove_socket(Home& home) {
   struct stat st;
-  if (slot.socket_path.empty() || ::stat(slot.socket_path.c_str(), &st) < 0) return;
-  if (st.st_ino == slot.socket_inode) ::unlink(slot.socket_path.c_str());
+  if (home.socket_path.empty() || ::stat(home.socket_path.c_str(), &st) < 0) return;
+  if (st.st_ino == home.socket_inode) ::unlink(home.socket_path.c_str());
 }
 
 const Manager::Kind* Manager::kind_of(std::string_view address) const {
@@ -150,88 +150,88 @@ const Manager::Kind* Manager::kind_of(std::string_view address) const {
   return nullptr;
 }
 
-Manager::Slot* Manager::find(const std::string& address) {
-  auto it = slots_.find(address);
-  return it == slots_.end() ? nullptr : it->second.get();
+Manager::Home* Manager::find(const std::string& address) {
+  auto it = homes_.find(address);
+  return it == homes_.end() ? nullptr : it->second.get();
 }
 
-const Manager::Slot* Manager::find(const std::string& address) const {
-  auto it = slots_.find(address);
-  return it == slots_.end() ? nullptr : it->second.get();
+const Manager::Home* Manager::find(const std::string& address) const {
+  auto it = homes_.find(address);
+  return it == homes_.end() ? nullptr : it->second.get();
 }
 
 void Manager::resolve(const std::string& address, ResolveCallback cb) {
   const Kind* kind = kind_of(address);
   if (!kind) return cb({{}, 404, public_error("No such worker.", "unknown_kind")});
   if (closing_) return cb({{}, 503, public_error("The server is closing.", "closing")});
-  Slot* slot = find(address);
-  if (slot && slot->suspended)
+  Home* home = find(address);
+  if (home && home->suspended)
     return cb({{}, 503, public_error("The worker is suspended.", "suspended")});
-  if (slot && !slot->failed.is_null()) return cb({{}, 503, slot->failed});
-  if (slot && slot->worker && slot->worker->ready && !slot->worker->stopping)
-    return cb({slot->socket_path, 200, nullptr, 0, slot->worker->pid, false});
-  if (!slot) {
-    auto s = std::make_unique<Slot>();
+  if (home && !home->failed.is_null()) return cb({{}, 503, home->failed});
+  if (home && home->worker && home->worker->ready && !home->worker->stopping)
+    return cb({home->socket_path, 200, nullptr, 0, home->worker->pid, false});
+  if (!home) {
+    auto s = std::make_unique<Home>();
     s->address = address;
     s->kind = kind;
-    slot = s.get();
-    slots_.emplace(address, std::move(s));
+    home = s.get();
+    homes_.emplace(address, std::move(s));
   }
-  slot->waiters.push_back(std::move(cb));
-  if (slot->worker) {
-    if (slot->worker->stopping) slot->start_queued = true;  // a start waits for the exit
+  home->waiters.push_back(std::move(cb));
+  if (home->worker) {
+    if (home->worker->stopping) home->start_queued = true;  // a start waits for the exit
     return;
   }
-  if (slot->queued) return;
-  enqueue(*slot);
-  std::string key = slot->address;  // pump() may answer the start and erase the slot
+  if (home->queued) return;
+  enqueue(*home);
+  std::string key = home->address;  // pump() may answer the start and erase the home
   pump();
-  if (Slot* s = find(key); s && s->queued) changed(*s);
+  if (Home* s = find(key); s && s->queued) changed(*s);
 }
 
-void Manager::answer(Slot& slot, const Resolution& r) {
-  if (slot.waiters.empty()) return;
-  // Deferred: a callback may call back into the manager (retry, resolve) and change this slot.
-  loop_.defer([waiters = std::move(slot.waiters), r] {
+void Manager::answer(Home& home, const Resolution& r) {
+  if (home.waiters.empty()) return;
+  // Deferred: a callback may call back into the manager (retry, resolve) and change this home.
+  loop_.defer([waiters = std::move(home.waiters), r] {
     for (const auto& cb : waiters) cb(r);
   });
-  slot.waiters.clear();
+  home.waiters.clear();
 }
 
-void Manager::start(Slot& slot) {
-  const KindConfig& cfg = slot.kind->config;
-  auto data = start_data(slot);
+void Manager::start(Home& home) {
+  const KindConfig& cfg = home.kind->config;
+  auto data = start_data(home);
   if (!data) return;
-  slot.socket_path = socket_path_for(slot.address);
-  auto listener = core::listen_unix(slot.socket_path);
+  home.socket_path = socket_path_for(home.address);
+  auto listener = core::listen_unix(home.socket_path);
   if (!listener)
-    return fail(slot, public_error("The worker could not be started.", "start_failed"),
+    return fail(home, public_error("The worker could not be started.", "start_failed"),
                 listener.error().reason);
   struct stat st;
-  slot.socket_inode = ::stat(slot.socket_path.c_str(), &st) == 0 ? st.st_ino : 0;
-  LaunchSpec spec{cfg.command,        cfg.env,         core::wire_encode(slot.address),
+  home.socket_inode = ::stat(home.socket_path.c_str(), &st) == 0 ? st.st_ino : 0;
+  LaunchSpec spec{cfg.command,        cfg.env,         core::wire_encode(home.address),
                   options_.state_dir, listener->get(), cfg.in_process};
   spec.limits = cfg.limits;
   auto launched = launcher_->launch(spec);
   if (!launched) {
-    ::unlink(slot.socket_path.c_str());
-    return fail(slot, public_error("The worker could not be started.", "start_failed"),
+    ::unlink(home.socket_path.c_str());
+    return fail(home, public_error("The worker could not be started.", "start_failed"),
                 launched.error().reason);
   }
-  Worker* w = adopt(slot, std::move(launched.value()), std::move(listener.value()));
+  Worker* w = adopt(home, std::move(launched.value()), std::move(listener.value()));
   begin_start(*w, std::move(*data));
 }
 
-std::optional<nlohmann::json> Manager::start_data(Slot& slot) {
-  const KindConfig& cfg = slot.kind->config;
+std::optional<nlohmann::json> Manager::start_data(Home& home) {
+  const KindConfig& cfg = home.kind->config;
   if (!cfg.start_hook) return nlohmann::json::object();
   try {
-    return cfg.start_hook(slot.address);
+    return cfg.start_hook(home.address);
   } catch (const std::exception& e) {
-    fail(slot, public_error("The worker could not be started.", "start_failed"),
+    fail(home, public_error("The worker could not be started.", "start_failed"),
          std::string("start hook threw: ") + e.what());
   } catch (...) {
-    fail(slot, public_error("The worker could not be started.", "start_failed"),
+    fail(home, public_error("The worker could not be started.", "start_failed"),
          "start hook threw a non-exception");
   }
   return std::nullopt;
@@ -244,9 +244,9 @@ std::string Manager::socket_path_for(const std::string& address) const {
                                                                       1 - socket_dir.size()));
 }
 
-// The worker of a launch, in `slot`: its descriptors watched, its timers bound, counted live.
-Manager::Worker* Manager::adopt(Slot& slot, Launched launched, core::UniqueFd listener) {
-  auto w = std::make_unique<Worker>(*this, slot);
+// The worker of a launch, in `home`: its descriptors watched, its timers bound, counted live.
+Manager::Worker* Manager::adopt(Home& home, Launched launched, core::UniqueFd listener) {
+  auto w = std::make_unique<Worker>(*this, home);
   w->pid = launched.pid;
   w->pidfd = std::move(launched.pidfd);
   w->control = std::move(launched.control);
@@ -263,43 +263,43 @@ Manager::Worker* Manager::adopt(Slot& slot, Launched launched, core::UniqueFd li
   (void)loop_.add(w->control.get(), EPOLLIN, &w->control_handler);
   (void)loop_.add(w->out.fd.get(), EPOLLIN, &w->out);
   (void)loop_.add(w->err.fd.get(), EPOLLIN, &w->err);
-  slot.worker = std::move(w);
+  home.worker = std::move(w);
   ++workers_live_;
-  ++live_by_kind_[slot.kind->index];
+  ++live_by_kind_[home.kind->index];
   arm_idle_check();
   return wp;
 }
 
-// `start` to a worker in its address's slot (just launched, or a spare just bound): from now on
+// `start` to a worker in its address's home (just launched, or a spare just bound): from now on
 // it is starting, under the start timer.
 void Manager::begin_start(Worker& w, nlohmann::json start_data) {
-  Slot& slot = *w.slot;
-  const KindConfig& cfg = slot.kind->config;
+  Home& home = *w.home;
+  const KindConfig& cfg = home.kind->config;
   w.started_at = loop_.wall_seconds();
   w.start_ms = loop_.now();
   if (cfg.code) w.version = cfg.code->version;
   w.start_timer.arm_after(cfg.start_timeout_ms);
   ++starting_;
   w.counts_starting = true;
-  kinds_[slot.kind->index]->counters.started(w.from_spare);
-  log_.info("worker_starting", "address=\"{}\" pid={}{}", slot.address, w.pid,
+  kinds_[home.kind->index]->counters.started(w.from_spare);
+  log_.info("worker_starting", "address=\"{}\" pid={}{}", home.address, w.pid,
             w.from_spare ? " spare=true" : "");
   // The code set goes by reference (code.manifest): its size never makes the message too large.
-  nlohmann::json msg = control::start(core::wire_encode(slot.address), std::move(start_data),
-                                      options_.state_dir + "/locks/" + lock_file_name(slot.address),
+  nlohmann::json msg = control::start(core::wire_encode(home.address), std::move(start_data),
+                                      options_.state_dir + "/locks/" + lock_file_name(home.address),
                                       cfg.code ? &*cfg.code : nullptr);
-  rollout_on_start(slot);
+  rollout_on_start(home);
   errno = 0;
   if (!send(w, msg)) {
     // A worker that already exited (a program that is not a worker, one that dies at once):
     // its exit, read from its pidfd next, fails the start as worker_exited with its status.
-    if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN) return changed(slot);
+    if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN) return changed(home);
     // A start that never reaches a live worker would only fail at start_timeout: say why now (a
     // code set too large for the control socket's buffer, say).
-    return fail(slot, public_error("The worker could not be started.", "start_failed"),
+    return fail(home, public_error("The worker could not be started.", "start_failed"),
                 "the start message could not be sent on the control link");
   }
-  changed(slot);
+  changed(home);
 }
 
 bool Manager::send(Worker& w, const nlohmann::json& msg) {
@@ -325,12 +325,12 @@ void Manager::read_control(Worker& w) {
     if (n <= 0) return on_link_closed(w);
     if (static_cast<size_t>(n) > sizeof buf) {
       log_.warn("worker_protocol_error", "address=\"{}\" error=\"packet of {} bytes\"",
-                w.slot->address, n);
+                w.home->address, n);
       return on_link_closed(w);
     }
     auto msg = control::decode(std::string_view(buf, static_cast<size_t>(n)));
     if (!msg) {
-      log_.warn("worker_protocol_error", "address=\"{}\" error=\"{}\"", w.slot->address,
+      log_.warn("worker_protocol_error", "address=\"{}\" error=\"{}\"", w.home->address,
                 msg.error().reason);
       return on_link_closed(w);
     }
@@ -340,7 +340,7 @@ void Manager::read_control(Worker& w) {
 
 void Manager::on_message(Worker& w, const nlohmann::json& msg) {
   if (w.spare) return spare_on_message(w, msg);
-  Slot& slot = *w.slot;
+  Home& home = *w.home;
   const std::string type = msg["type"].get<std::string>();
   auto idle_of = [&msg] {
     auto it = msg.find("idle");
@@ -350,8 +350,8 @@ void Manager::on_message(Worker& w, const nlohmann::json& msg) {
     if (!w.started) {
       w.started = true;
       w.start_timer.cancel();
-      w.ready_timer.arm_after(slot.kind->config.ready_timeout_ms);  // the setup's bound
-      log_.info("worker_started", "address=\"{}\" pid={}", slot.address, w.pid);
+      w.ready_timer.arm_after(home.kind->config.ready_timeout_ms);  // the setup's bound
+      log_.info("worker_started", "address=\"{}\" pid={}", home.address, w.pid);
       if (w.stop_after_started && !w.stopping) begin_stop(w, w.stop_reason);
     }
   }
@@ -359,7 +359,7 @@ void Manager::on_message(Worker& w, const nlohmann::json& msg) {
     if (w.ready || w.stopping) return;
     w.ready = true;
     w.ready_timer.cancel();
-    slot.spare_lost = false;
+    home.spare_lost = false;
     auto reload = msg.find("reload");
     w.can_reload = reload != msg.end() && reload->is_boolean() && reload->get<bool>();
     w.idle = idle_of();
@@ -368,13 +368,13 @@ void Manager::on_message(Worker& w, const nlohmann::json& msg) {
     w.idle_since_wall = loop_.wall_seconds();
     record_holds(w, msg);
     heartbeat_on_ready(w, msg);
-    log_.info("worker_ready", "address=\"{}\" pid={} idle={}", slot.address, w.pid, w.idle);
+    log_.info("worker_ready", "address=\"{}\" pid={} idle={}", home.address, w.pid, w.idle);
     // A rollout may replace it now (its waiters then wait for the new worker).
     rollout_on_ready(w);
-    if (!w.stopping) answer(slot, {slot.socket_path, 200, nullptr, 0, w.pid, true});
-    changed(slot);
+    if (!w.stopping) answer(home, {home.socket_path, 200, nullptr, 0, w.pid, true});
+    changed(home);
     if (std::exchange(w.counts_starting, false)) {
-      record_start_latency(*kinds_[slot.kind->index], loop_.now() - w.start_ms, w.from_spare);
+      record_start_latency(*kinds_[home.kind->index], loop_.now() - w.start_ms, w.from_spare);
       --starting_;
       progress_ms_ = loop_.now();
       pump();
@@ -390,22 +390,22 @@ void Manager::on_message(Worker& w, const nlohmann::json& msg) {
     if (!idle) w.served = true;
     w.idle = idle;
     record_holds(w, msg);
-    if (w.ready) changed(slot);  // idle_since, idle_stop_at and holds are in its entry
+    if (w.ready) changed(home);  // idle_since, idle_stop_at and holds are in its entry
   } else if (type == "pong") {
     heartbeat_on_pong(w, msg);
   } else if (type == "fatal") {
     auto it = msg.find("error");
     nlohmann::json pub = sanitize_error(it == msg.end() ? nlohmann::json() : *it);
     // Containment (containment.h): an allocation failed under the kind's memory limit.
-    if (ended_by_memory_limit({}, pub, slot.kind->config.limits)) pub = memory_limit_error();
+    if (ended_by_memory_limit({}, pub, home.kind->config.limits)) pub = memory_limit_error();
     if (w.stopping) {
       // An error while it stops (a closer failing) is no failure of the address: it was asked to
       // go.
-      log_.warn("worker_error_on_stop", "address=\"{}\" pid={} error={}", slot.address, w.pid,
+      log_.warn("worker_error_on_stop", "address=\"{}\" pid={} error={}", home.address, w.pid,
                 log_json(msg));
       return;
     }
-    fail(slot, pub, "fatal: " + log_json(msg).text);
+    fail(home, pub, "fatal: " + log_json(msg).text);
   }
   // Unknown types are ignored (forward compatibility).
 }
@@ -431,30 +431,30 @@ void Manager::on_link_check(Worker& w) {
 }
 
 void Manager::link_lost(Worker& w, std::string_view why, nlohmann::json error) {
-  Slot& slot = *w.slot;
+  Home& home = *w.home;
   const uint64_t now = loop_.now();
-  rollout_on_link_lost(slot);
+  rollout_on_link_lost(home);
   if (!w.ready) {
-    return fail(slot, std::move(error),
+    return fail(home, std::move(error),
                 why == "link_lost" ? std::string("the control link closed before ready")
                                    : fmt::format("{} before ready", why));
   }
-  // Kept outside the slot: the slot goes with the recovered worker's exit, the memory must not.
-  auto it = recoveries_.find(slot.address);
+  // Kept outside the home: the home goes with the recovered worker's exit, the memory must not.
+  auto it = recoveries_.find(home.address);
   if (it != recoveries_.end() && now - it->second < options_.link_recovery_window_ms) {
-    return fail(slot, std::move(error),
+    return fail(home, std::move(error),
                 fmt::format("{}: a second lost control link within the recovery window", why));
   }
-  recoveries_[slot.address] = now;
-  log_.warn("worker_link_lost", "address=\"{}\" pid={} action=stop reason={}", slot.address, w.pid,
+  recoveries_[home.address] = now;
+  log_.warn("worker_link_lost", "address=\"{}\" pid={} action=stop reason={}", home.address, w.pid,
             why);
   begin_stop(w, why);
 }
 
 void Manager::on_start_timeout(Worker& w) {
-  Slot& slot = *w.slot;
-  fail(slot, public_error("The worker did not start in time.", "start_timeout"),
-       fmt::format("no `started` within {} ms of the fork", slot.kind->config.start_timeout_ms));
+  Home& home = *w.home;
+  fail(home, public_error("The worker did not start in time.", "start_timeout"),
+       fmt::format("no `started` within {} ms of the fork", home.kind->config.start_timeout_ms));
   signal(w, SIGKILL);  // no grace: it never took its lock, there is nothing to close
 }
 
@@ -462,44 +462,44 @@ void Manager::on_start_timeout(Worker& w) {
 // and its requests for ever. It is failed like a start that timed out, and killed at once: a
 // setup that is stuck would not read `shutdown` either.
 void Manager::on_ready_timeout(Worker& w) {
-  Slot& slot = *w.slot;
-  fail(slot, public_error("The worker did not get ready in time.", "ready_timeout"),
-       fmt::format("no `ready` within {} ms of `started`", slot.kind->config.ready_timeout_ms));
+  Home& home = *w.home;
+  fail(home, public_error("The worker did not get ready in time.", "ready_timeout"),
+       fmt::format("no `ready` within {} ms of `started`", home.kind->config.ready_timeout_ms));
   signal(w, SIGKILL);
 }
 
 void Manager::begin_stop(Worker& w, std::string_view why) {
   if (w.stopping) return;
-  Slot& slot = *w.slot;
+  Home& home = *w.home;
   w.stopping = true;
   w.start_timer.cancel();
   w.ready_timer.cancel();
-  if (!slot.start_queued)
-    answer(slot, {{}, 503, public_error("The worker was stopped.", "stopped")});
-  log_.info("worker_stopping", "address=\"{}\" pid={} reason={}", slot.address, w.pid, why);
-  kinds_[slot.kind->index]->counters.stopped(why);
+  if (!home.start_queued)
+    answer(home, {{}, 503, public_error("The worker was stopped.", "stopped")});
+  log_.info("worker_stopping", "address=\"{}\" pid={} reason={}", home.address, w.pid, why);
+  kinds_[home.kind->index]->counters.stopped(why);
   // From now on a connect finds no socket (ENOENT), which the proxy knows never sent anything and
   // so tries again through a fresh resolve (a start queued behind this stop). Left in place, it
   // would queue on a worker that no longer accepts and be reset at its exit: for a POST, a 502.
-  remove_socket(slot);
+  remove_socket(home);
   // Without a link, SIGTERM is the same request (the worker library treats them alike).
   if (!send(w, control::shutdown())) signal(w, SIGTERM);
-  w.kill_timer.arm_after(slot.kind->config.stop_grace_ms);
-  changed(slot);
+  w.kill_timer.arm_after(home.kind->config.stop_grace_ms);
+  changed(home);
 }
 
-void Manager::fail(Slot& slot, nlohmann::json pub, std::string full) {
+void Manager::fail(Home& home, nlohmann::json pub, std::string full) {
   auto code = pub.find("code");
-  kinds_[slot.kind->index]->counters.failed(
+  kinds_[home.kind->index]->counters.failed(
       code != pub.end() && code->is_string() ? std::string_view(code->get_ref<const std::string&>())
                                              : "",
       full.starts_with("fatal: "));
-  slot.failed = std::move(pub);
-  slot.failed_at = loop_.wall_seconds();
-  slot.start_queued = false;
-  answer(slot, {{}, 503, slot.failed});
-  rollout_on_failed(slot);
-  Worker* w = slot.worker.get();
+  home.failed = std::move(pub);
+  home.failed_at = loop_.wall_seconds();
+  home.start_queued = false;
+  answer(home, {{}, 503, home.failed});
+  rollout_on_failed(home);
+  Worker* w = home.worker.get();
   if (w && !w->stopping) {
     w->failure_log = std::move(full);  // logged at its exit, with all its stderr
     begin_stop(*w, "failed");
@@ -507,14 +507,14 @@ void Manager::fail(Slot& slot, nlohmann::json pub, std::string full) {
     if (w->failure_log.empty()) w->failure_log = std::move(full);
   } else {
     log_.error("worker_failed", "address=\"{}\" error=\"{}\" public={} stderr_tail=\"{}\"",
-               slot.address, full, log_json(slot.failed), slot.tail);
+               home.address, full, log_json(home.failed), home.tail);
   }
-  changed(slot);
+  changed(home);
 }
 
 void Manager::on_exit(Worker& w) {
   if (w.spare) return spare_on_exit(w);
-  Slot& slot = *w.slot;
+  Home& home = *w.home;
   // The launcher kills what it left in its group (which does not outlive its leader), reaps it
   // and removes its containment group.
   std::optional<WorkerExit> exit = launcher_->reap(w.pid, w.pidfd.get());
@@ -530,65 +530,65 @@ void Manager::on_exit(Worker& w) {
   if (!w.out.partial.empty()) on_output(w, false, {}, true);
   if (!w.err.partial.empty()) on_output(w, true, {}, true);
   bool asked = w.stopping || closing_;
-  log_.info("worker_exited", "address=\"{}\" pid={} how=\"{}\" asked={}", slot.address, w.pid, how,
+  log_.info("worker_exited", "address=\"{}\" pid={} how=\"{}\" asked={}", home.address, w.pid, how,
             asked);
   std::string failure = std::move(w.failure_log);
   w.exited = true;
-  loop_.destroy_later(std::move(slot.worker));
+  loop_.destroy_later(std::move(home.worker));
   --workers_live_;
-  --live_by_kind_[slot.kind->index];
+  --live_by_kind_[home.kind->index];
   if (w.counts_starting) --starting_;
   progress_ms_ = loop_.now();
-  if (Slot* claimer = std::exchange(w.claimed_by, nullptr)) {  // its room is there now
+  if (Home* claimer = std::exchange(w.claimed_by, nullptr)) {  // its room is there now
     claimer->awaiting = nullptr;
     --awaiting_exit_;
   }
-  remove_socket(slot);
+  remove_socket(home);
   // Containment: a worker its memory limit killed (its cgroup's OOM kill) fails with that reason
   // (containment.h; under rlimits the worker's own `fatal` says so, on_message).
-  bool by_memory = !asked && ended_by_memory_limit(cause, nullptr, slot.kind->config.limits);
+  bool by_memory = !asked && ended_by_memory_limit(cause, nullptr, home.kind->config.limits);
   // A spare that died after its bind but before `started` (killed meanwhile, or dead before it
   // read `start`) never ran anything of the address: as for a spare that dies before its bind,
   // that is no failure of the address. Its start is made again, once (a kind whose spares all
   // die at `start` then fails as usual), with another spare or a fork.
   const bool rebind = !asked && failure.empty() && !by_memory && w.from_spare && !w.started &&
-                      !w.stop_after_started && !slot.spare_lost && !slot.suspended;
+                      !w.stop_after_started && !home.spare_lost && !home.suspended;
   if (rebind) {
-    slot.spare_lost = true;
+    home.spare_lost = true;
     log_.warn("worker_spare_lost", "address=\"{}\" pid={} how=\"{}\" action=start_again",
-              slot.address, w.pid, how);
+              home.address, w.pid, how);
   } else if (!failure.empty()) {
     log_.error("worker_failed",
-               "address=\"{}\" error=\"{}\" exit=\"{}\" public={} stderr_tail=\"{}\"", slot.address,
-               failure, how, log_json(slot.failed), slot.tail);
+               "address=\"{}\" error=\"{}\" exit=\"{}\" public={} stderr_tail=\"{}\"", home.address,
+               failure, how, log_json(home.failed), home.tail);
   } else if (!asked) {
-    fail(slot,
+    fail(home,
          by_memory ? memory_limit_error()
                    : public_error("The worker exited unexpectedly.", "worker_exited"),
          (w.started ? "exited: " : "exited before `started`: ") + how);
   }
   // A rollout's replacement starts at once, waited for or not.
-  bool replace = !rebind && rollout_on_exit(slot, !failure.empty() || !asked);
-  if (rebind && !slot.queued && (!slot.waiters.empty() || rollout_entry(slot)))
-    enqueue(slot);  // its waiters (or a rollout's replacement) wait on
-  if (slot.start_queued) {
-    slot.start_queued = false;
-    if (!slot.waiters.empty() || replace)
-      enqueue(slot);  // fail() above answered them if it crashed
+  bool replace = !rebind && rollout_on_exit(home, !failure.empty() || !asked);
+  if (rebind && !home.queued && (!home.waiters.empty() || rollout_entry(home)))
+    enqueue(home);  // its waiters (or a rollout's replacement) wait on
+  if (home.start_queued) {
+    home.start_queued = false;
+    if (!home.waiters.empty() || replace)
+      enqueue(home);  // fail() above answered them if it crashed
   }
   if (closing_ && workers_live_ == 0) finish_close();
-  settle(slot);
+  settle(home);
   sweep_orphans();  // what it left outside its group came to us at its exit
-  pump();           // a worker slot, and perhaps a start slot, is free
+  pump();           // a worker place, and perhaps a start place, is free
 }
 
 void Manager::on_output(Worker& w, bool is_err, std::string_view data, bool eof) {
-  Slot& slot = *w.slot;
+  Home& home = *w.home;
   OutputReader& r = is_err ? w.err : w.out;
   if (is_err && !data.empty()) {
-    slot.tail.append(data);
-    if (slot.tail.size() > options_.stderr_tail_bytes)
-      slot.tail.erase(0, slot.tail.size() - options_.stderr_tail_bytes);
+    home.tail.append(data);
+    if (home.tail.size() > options_.stderr_tail_bytes)
+      home.tail.erase(0, home.tail.size() - options_.stderr_tail_bytes);
   }
   // "<time> <address> [<pid>] <line>" (kind_log.h), both escaped (core/escape.h): neither the
   // address nor what the worker wrote can start a line of its own. A line's time is when its
@@ -596,7 +596,7 @@ void Manager::on_output(Worker& w, bool is_err, std::string_view data, bool eof)
   const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                              std::chrono::system_clock::now().time_since_epoch())
                              .count();
-  const std::string prefix = kind_log_address(slot.address);
+  const std::string prefix = kind_log_address(home.address);
   std::string lines;
   auto emit = [&](std::string_view line, int64_t at_ms) {
     append_kind_log_line(lines, at_ms, prefix, w.pid, line);
@@ -626,7 +626,7 @@ void Manager::on_output(Worker& w, bool is_err, std::string_view data, bool eof)
     r.partial.clear();
   }
   if (lines.empty()) return;
-  const KindConfig& cfg = slot.kind->config;
+  const KindConfig& cfg = home.kind->config;
   KindLog& file = kind_logs_.of(cfg.name, options_.state_dir + "/logs", cfg.log_rotation);
   if (auto r = file.write(lines); !r)
     log_.error("worker_log_failed", "path=\"{}\" error=\"{}\"", file.path(), r.error().reason);
@@ -657,10 +657,10 @@ void Manager::check_idle() {
   std::erase_if(recoveries_,
                 [&](const auto& r) { return now - r.second >= options_.link_recovery_window_ms; });
   std::vector<Worker*> due;
-  for (auto& [address, slot] : slots_) {
-    Worker* w = slot->worker.get();
+  for (auto& [address, home] : homes_) {
+    Worker* w = home->worker.get();
     if (w && w->ready && !w->stopping && w->idle &&
-        now - w->idle_since >= slot->kind->config.idle_ms && !connection_waiting(*w))
+        now - w->idle_since >= home->kind->config.idle_ms && !connection_waiting(*w))
       due.push_back(w);
   }
   for (Worker* w : due) begin_stop(*w, "idle");
@@ -671,34 +671,34 @@ void Manager::check_idle() {
 }
 
 bool Manager::retry(const std::string& address) {
-  Slot* slot = find(address);
-  if (!slot || (slot->failed.is_null() && !slot->suspended)) return false;
-  slot->failed = nullptr;
-  slot->suspended = false;
+  Home* home = find(address);
+  if (!home || (home->failed.is_null() && !home->suspended)) return false;
+  home->failed = nullptr;
+  home->suspended = false;
   recoveries_.erase(address);
   log_.info("worker_retry", "address=\"{}\"", address);
-  settle(*slot);
+  settle(*home);
   return true;
 }
 
 bool Manager::stop(const std::string& address) {
-  Slot* slot = find(address);
-  if (!slot) return false;
+  Home* home = find(address);
+  if (!home) return false;
   bool acted = false;
-  if (slot->start_queued || slot->queued) {  // the queued start is cancelled; its waiters are told
-    slot->start_queued = false;
-    unqueue(*slot);
-    answer(*slot, {{}, 503, public_error("The worker was stopped.", "stopped")});
+  if (home->start_queued || home->queued) {  // the queued start is cancelled; its waiters are told
+    home->start_queued = false;
+    unqueue(*home);
+    answer(*home, {{}, 503, public_error("The worker was stopped.", "stopped")});
     acted = true;
   }
-  if (Worker* w = slot->worker.get()) {
+  if (Worker* w = home->worker.get()) {
     acted = true;
     if (!w->started && !w->stopping)
       w->stop_after_started = true;  // a stop during a start waits for it
     else
       begin_stop(*w, "stop");
   }
-  if (acted) settle(*slot);
+  if (acted) settle(*home);
   if (acted) pump();  // a cancelled start may have held a place
   return acted;
 }
@@ -706,30 +706,30 @@ bool Manager::stop(const std::string& address) {
 bool Manager::suspend(const std::string& address) {
   const Kind* kind = kind_of(address);
   if (!kind) return false;
-  Slot* slot = find(address);
-  if (!slot) {
-    auto s = std::make_unique<Slot>();
+  Home* home = find(address);
+  if (!home) {
+    auto s = std::make_unique<Home>();
     s->address = address;
     s->kind = kind;
-    slot = s.get();
-    slots_.emplace(address, std::move(s));
+    home = s.get();
+    homes_.emplace(address, std::move(s));
   }
-  slot->suspended = true;
-  slot->start_queued = false;
-  unqueue(*slot);
-  answer(*slot, {{}, 503, public_error("The worker is suspended.", "suspended")});
+  home->suspended = true;
+  home->start_queued = false;
+  unqueue(*home);
+  answer(*home, {{}, 503, public_error("The worker is suspended.", "suspended")});
   log_.info("worker_suspended", "address=\"{}\"", address);
-  settle(*slot);
+  settle(*home);
   pump();
   return true;
 }
 
 bool Manager::resume(const std::string& address) {
-  Slot* slot = find(address);
-  if (!slot || !slot->suspended) return false;
-  slot->suspended = false;
+  Home* home = find(address);
+  if (!home || !home->suspended) return false;
+  home->suspended = false;
   log_.info("worker_resumed", "address=\"{}\"", address);
-  settle(*slot);
+  settle(*home);
   return true;
 }
 
@@ -742,20 +742,20 @@ void Manager::close(std::function<void()> done) {
   close_done_ = std::move(done);
   rollout_on_close();
   log_.info("workers_closing", "workers={}", workers_live_);
-  std::vector<Slot*> slots;
-  for (auto& [address, slot] : slots_) slots.push_back(slot.get());
+  std::vector<Home*> homes;
+  for (auto& [address, home] : homes_) homes.push_back(home.get());
   // Queued and waiting starts first: nothing forks after this.
-  for (Slot* slot : slots) {
-    slot->start_queued = false;
-    unqueue(*slot);
-    answer(*slot, {{}, 503, public_error("The server is closing.", "closing")});
+  for (Home* home : homes) {
+    home->start_queued = false;
+    unqueue(*home);
+    answer(*home, {{}, 503, public_error("The server is closing.", "closing")});
   }
-  for (Slot* slot : slots) {
-    if (slot->worker) begin_stop(*slot->worker, "close");
+  for (Home* home : homes) {
+    if (home->worker) begin_stop(*home->worker, "close");
   }
   spares_on_close();
   if (workers_live_ == 0) finish_close();
-  for (Slot* slot : slots) settle(*slot);
+  for (Home* home : homes) settle(*home);
 }
 
 void Manager::finish_close() {

@@ -36,7 +36,7 @@
 //  * bounds (issue 11): at most max_starting workers between fork and `ready` (or exit) at once,
 //    and at most max_workers live worker processes (starting, running or stopping) per kind and in
 //    all. A start over either bound queues, in order (the address's state is `queued`). A queued
-//    start that needs a worker slot takes a stop already under way, else stops the longest-idle
+//    start that needs a worker place takes a stop already under way, else stops the longest-idle
 //    worker (of its kind when the kind is full; `worker_evicted`) and waits for that exit; with
 //    none idle its waiters get 503 `worker_limit` with Retry-After. At most max_starting starts
 //    wait for such an exit at once, so a burst stops at most that many workers at a time (and
@@ -48,12 +48,12 @@
 //    `reloaded` with a report sets another. rollout() replaces the set, clears the kind's
 //    failures and brings every live worker (starting or running, not stopping) on another set to
 //    it: in place (`reload`; one in flight per worker, the newest set waits for its reply, and a
-//    reply after its rollout gave up still frees the slot and, on success, sets the version) or
-//    by replacement (stopped with its start queued, so requests wait, and started again at once).
-//    Each entry settles at its reply, the replacement's `ready`, the worker's exit (clean:
-//    `stopped`; a crash: its error, the address failed), its lost link, or reload_timeout_ms
-//    after the call (code reload_timeout; for a replacement too); close() settles what is left
-//    `stopped`. A worker not ready yet in automatic mode is decided at its `ready`.
+//    reply after its rollout gave up still frees the worker for the next reload and, on success,
+//    sets the version) or by replacement (stopped with its start queued, so requests wait, and
+//    started again at once). Each entry settles at its reply, the replacement's `ready`, the
+//    worker's exit (clean: `stopped`; a crash: its error, the address failed), its lost link, or
+//    reload_timeout_ms after the call (code reload_timeout; for a replacement too); close() settles
+//    what is left `stopped`. A worker not ready yet in automatic mode is decided at its `ready`.
 //  * hanging workers (issue 14, manager_heartbeat.cc): a ready worker whose `ready` said
 //    `ping: true` is pinged every heartbeat_ms of its kind; no `pong` within 2 x heartbeat_ms is
 //    `worker_unresponsive` and then handled as a lost link (above). The proxy's own wait for a
@@ -392,27 +392,27 @@ class Manager {
   struct Kind;
   struct Rollout;
   struct RolloutEntry;
-  struct Slot;
+  struct Home;
   struct Worker;
   struct OutputReader;
   Manager(core::EventLoop& loop, core::Logger& log, ManagerOptions options,
           std::unique_ptr<Launcher> launcher);
 
   const Kind* kind_of(std::string_view address) const;
-  Slot* find(const std::string& address);
-  const Slot* find(const std::string& address) const;
-  void start(Slot& slot);
+  Home* find(const std::string& address);
+  const Home* find(const std::string& address) const;
+  void start(Home& home);
   // The bounds: a start joins the queue, pump() starts what fits, in order.
-  void enqueue(Slot& slot);
-  void unqueue(Slot& slot);
+  void enqueue(Home& home);
+  void unqueue(Home& home);
   void pump();
-  bool has_room(const Slot& slot) const;
-  void make_room(Slot& slot);
+  bool has_room(const Home& home) const;
+  void make_room(Home& home);
   Worker* room_from(const Kind* kind, bool stopping);
   void expire_queued();
   void begin_stop(Worker& w, std::string_view why);
-  void fail(Slot& slot, nlohmann::json public_error, std::string full);
-  void answer(Slot& slot, const Resolution& r);
+  void fail(Home& home, nlohmann::json public_error, std::string full);
+  void answer(Home& home, const Resolution& r);
   void on_message(Worker& w, const nlohmann::json& msg);
   void on_link_closed(Worker& w);
   void on_link_check(Worker& w);
@@ -425,11 +425,11 @@ class Manager {
   void arm_idle_check();
   bool send(Worker& w, const nlohmann::json& msg);
   void read_control(Worker& w);
-  nlohmann::json entry_of(const Slot& slot) const;
-  // Emits the slot's entry if it changed, then erases the slot if nothing is left in it.
-  void settle(Slot& slot);
-  void changed(Slot& slot);
-  void remove_socket(Slot& slot);
+  nlohmann::json entry_of(const Home& home) const;
+  // Emits the home's entry if it changed, then erases the home if nothing is left in it.
+  void settle(Home& home);
+  void changed(Home& home);
+  void remove_socket(Home& home);
   void emit(const std::string& address, const nlohmann::json& entry);
   void finish_close();
   void kill_now(Worker& w);  // the destructor's: SIGKILL to its group and reap, no grace
@@ -440,14 +440,14 @@ class Manager {
   // reaped; a sweep that found any comes again soon (their own children come next).
   void sweep_orphans(bool wait = false);
   // The rollout step's hooks in the lifecycle (manager_rollout.cc).
-  RolloutEntry* rollout_entry(const Slot& slot) const;
+  RolloutEntry* rollout_entry(const Home& home) const;
   void rollout_on_ready(Worker& w);
-  void rollout_on_start(Slot& slot);  // a worker forks (or a spare is bound) for the slot
+  void rollout_on_start(Home& home);  // a worker forks (or a spare is bound) for the home
   void rollout_on_reloaded(Worker& w, const nlohmann::json& msg);
-  bool rollout_on_exit(Slot& slot, bool crashed);  // true: start the replacement now
-  void rollout_on_failed(Slot& slot);
-  void rollout_on_link_lost(Slot& slot);
-  void rollout_on_gone(Slot& slot);  // the slot is about to be erased
+  bool rollout_on_exit(Home& home, bool crashed);  // true: start the replacement now
+  void rollout_on_failed(Home& home);
+  void rollout_on_link_lost(Home& home);
+  void rollout_on_gone(Home& home);  // the home is about to be erased
   void rollout_on_close();
   void rollout_bring(Worker& w, Rollout& r, RolloutEntry& e);
   void rollout_reload(Worker& w, const CodeSet& set);  // now, or once the one in flight replied
@@ -466,20 +466,20 @@ class Manager {
   void record_holds(Worker& w, const nlohmann::json& msg);
   void add_why_alive(const Worker& w, nlohmann::json& entry) const;
   static void record_start_latency(Kind& kind, uint64_t ms, bool from_spare);
-  static std::string_view status_of(const Slot& slot);
+  static std::string_view status_of(const Home& home);
   // The lifecycle shared by a start and a spare's bind (manager.cc): the start hook's data (a
-  // throw fails the slot: nullopt), the worker made from a launch (registered, counted live), its
+  // throw fails the home: nullopt), the worker made from a launch (registered, counted live), its
   // `start` sent with the start timer armed.
-  std::optional<nlohmann::json> start_data(Slot& slot);
+  std::optional<nlohmann::json> start_data(Home& home);
   std::string socket_path_for(const std::string& address) const;
-  Worker* adopt(Slot& slot, Launched launched, core::UniqueFd listener);
+  Worker* adopt(Home& home, Launched launched, core::UniqueFd listener);
   void begin_start(Worker& w, nlohmann::json start_data);
   // Warm spares (manager_spares.cc).
   void spares_schedule();  // a fill after this loop round (coalesced)
   void spares_fill();
   bool spare_launch(Kind& kind);
   Worker* spare_for(const Kind& kind);
-  void spare_bind(Slot& slot, Worker& spare);
+  void spare_bind(Home& home, Worker& spare);
   Worker* spare_room(const Kind* kind);  // stops a spare (of `kind`, or any) for a start's room
   void spare_stop(Worker& w, std::string_view why);
   void spare_on_message(Worker& w, const nlohmann::json& msg);
@@ -493,7 +493,7 @@ class Manager {
   std::unique_ptr<Launcher> launcher_;
   std::vector<std::unique_ptr<Kind>> kinds_;
   std::unique_ptr<http::Router> router_;  // every kind's routes (manager_config.cc)
-  std::map<std::string, std::unique_ptr<Slot>, std::less<>> slots_;
+  std::map<std::string, std::unique_ptr<Home>, std::less<>> homes_;
   KindLogs kind_logs_;            // the kinds' log files (kind_log.h)
   bool limits_at_start_ = false;  // some kind had a limit at create(): containment is set up
   std::map<std::string, uint64_t, std::less<>> recoveries_;  // address -> last lost-link recovery
@@ -503,7 +503,7 @@ class Manager {
   size_t workers_live_ = 0;
   std::vector<size_t> live_by_kind_;  // by Kind::index
   size_t starting_ = 0;               // between fork and `ready` (or exit)
-  std::list<Slot*> queue_;            // starts waiting for the bounds, oldest first
+  std::list<Home*> queue_;            // starts waiting for the bounds, oldest first
   size_t awaiting_exit_ = 0;          // queued starts that wait for a stopping worker's exit
   uint64_t progress_ms_ = 0;          // the last `ready` of a start, or exit
   bool pumping_ = false, pump_again_ = false;

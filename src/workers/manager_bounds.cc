@@ -82,18 +82,18 @@ DefaultBound default_max_workers() {
   return b;
 }
 
-void Manager::enqueue(Slot& slot) {
-  slot.queued = true;
-  slot.queued_ms = loop_.now();
-  slot.queued_at = loop_.wall_seconds();
-  slot.queue_pos = queue_.insert(queue_.end(), &slot);
+void Manager::enqueue(Home& home) {
+  home.queued = true;
+  home.queued_ms = loop_.now();
+  home.queued_at = loop_.wall_seconds();
+  home.queue_pos = queue_.insert(queue_.end(), &home);
 }
 
-void Manager::unqueue(Slot& slot) {
-  if (!slot.queued) return;
-  queue_.erase(slot.queue_pos);
-  slot.queued = false;
-  if (Worker* w = std::exchange(slot.awaiting, nullptr)) {
+void Manager::unqueue(Home& home) {
+  if (!home.queued) return;
+  queue_.erase(home.queue_pos);
+  home.queued = false;
+  if (Worker* w = std::exchange(home.awaiting, nullptr)) {
     w->claimed_by = nullptr;
     --awaiting_exit_;
   }
@@ -113,21 +113,21 @@ void Manager::pump() {
   do {
     pump_again_ = false;
     for (auto it = queue_.begin(); it != queue_.end() && !closing_;) {
-      Slot& slot = **it++;  // advanced first: the slot may leave the queue (and go) below
-      if (slot.awaiting) continue;
-      if (Worker* spare = spare_for(*slot.kind)) {  // a warm spare: no fork, no room needed
+      Home& home = **it++;  // advanced first: the home may leave the queue (and go) below
+      if (home.awaiting) continue;
+      if (Worker* spare = spare_for(*home.kind)) {  // a warm spare: no fork, no room needed
         if (starting_ >= options_.max_starting) break;
-        unqueue(slot);
-        spare_bind(slot, *spare);
+        unqueue(home);
+        spare_bind(home, *spare);
         continue;
       }
-      if (has_room(slot)) {
+      if (has_room(home)) {
         if (starting_ >= options_.max_starting) break;
-        unqueue(slot);
-        start(slot);
+        unqueue(home);
+        start(home);
       } else {
         if (awaiting_exit_ >= options_.max_starting) break;
-        make_room(slot);
+        make_room(home);
       }
     }
   } while (pump_again_);
@@ -135,17 +135,17 @@ void Manager::pump() {
   spares_schedule();  // room, or a start place, may have freed for a spare
 }
 
-// Whether `slot`'s kind and the total are under max_workers.
-bool Manager::has_room(const Slot& slot) const {
-  const Kind& kind = *slot.kind;
+// Whether `home`'s kind and the total are under max_workers.
+bool Manager::has_room(const Home& home) const {
+  const Kind& kind = *home.kind;
   return live_by_kind_[kind.index] < kind.config.max_workers &&
          workers_live_ < options_.max_workers;
 }
 
 // For a start over max_workers: it waits for a stop already under way or stops the longest-idle
 // worker, or, with neither, is refused with 503 and leaves the queue.
-void Manager::make_room(Slot& slot) {
-  const Kind& kind = *slot.kind;
+void Manager::make_room(Home& home) {
+  const Kind& kind = *home.kind;
   size_t kind_live = live_by_kind_[kind.index];
   bool kind_full = kind_live >= kind.config.max_workers;
   const Kind* of = kind_full ? &kind : nullptr;  // a worker of its own kind frees both bounds
@@ -153,25 +153,25 @@ void Manager::make_room(Slot& slot) {
   if (!w) w = spare_room(of);  // spares are the first to go
   if (!w && (w = room_from(of, /*stopping=*/false))) {
     log_.info("worker_evicted", "address=\"{}\" pid={} idle_ms={} for=\"{}\" bound={}",
-              w->slot->address, w->pid, loop_.now() - w->idle_since, slot.address,
+              w->home->address, w->pid, loop_.now() - w->idle_since, home.address,
               kind_full ? "kind" : "all");
     begin_stop(*w, "evicted");
   }
   if (w) {
-    w->claimed_by = &slot;
-    slot.awaiting = w;
+    w->claimed_by = &home;
+    home.awaiting = w;
     ++awaiting_exit_;
     return;
   }
   log_.warn("worker_limit",
             "address=\"{}\" live={} max_workers={} kind_live={} kind_max_workers={} bound={} "
             "reason=\"no idle worker to stop\"",
-            slot.address, workers_live_, options_.max_workers, kind_live,
+            home.address, workers_live_, options_.max_workers, kind_live,
             kind.config.max_workers == SIZE_MAX ? 0 : kind.config.max_workers,
             kind_full ? "kind" : "all");
-  unqueue(slot);
-  answer(slot, {{}, 503, public_error("Too many workers.", "worker_limit"), kRetryAfterS});
-  settle(slot);
+  unqueue(home);
+  answer(home, {{}, 503, public_error("Too many workers.", "worker_limit"), kRetryAfterS});
+  settle(home);
 }
 
 // A worker whose exit would make room (of `kind`, or any when null) and that no other start
@@ -179,7 +179,7 @@ void Manager::make_room(Slot& slot) {
 Manager::Worker* Manager::room_from(const Kind* kind, bool stopping) {
   const uint64_t now = loop_.now();
   Worker* best = nullptr;
-  for (auto& [address, s] : slots_) {
+  for (auto& [address, s] : homes_) {
     Worker* w = s->worker.get();
     if (!w || w->claimed_by || (kind && s->kind != kind)) continue;
     if (stopping) {
@@ -194,16 +194,16 @@ Manager::Worker* Manager::room_from(const Kind* kind, bool stopping) {
 }
 
 // A start queued longer than its kind's start_timeout while the queue did not move for as long
-// is refused: the start slots are held by starts that do not finish (a burst that moves, however
+// is refused: the start places are held by starts that do not finish (a burst that moves, however
 // long, is not refused).
 void Manager::expire_queued() {
   const uint64_t now = loop_.now();
-  std::vector<Slot*> due;
-  for (Slot* s : queue_) {
+  std::vector<Home*> due;
+  for (Home* s : queue_) {
     uint64_t t = s->kind->config.start_timeout_ms;
     if (!s->awaiting && now - s->queued_ms >= t && now - progress_ms_ >= t) due.push_back(s);
   }
-  for (Slot* s : due) {
+  for (Home* s : due) {
     log_.warn("worker_limit",
               "address=\"{}\" starting={} max_starting={} queued={} reason=\"queued, and no "
               "start finished, for start_timeout ({} ms)\"",

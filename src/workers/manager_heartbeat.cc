@@ -19,7 +19,7 @@ using namespace detail;
 void Manager::heartbeat_on_ready(Worker& w, const nlohmann::json& ready) {
   auto ping = ready.find("ping");
   w.can_ping = ping != ready.end() && ping->is_boolean() && ping->get<bool>();
-  const uint32_t every = w.slot->kind->config.heartbeat_ms;
+  const uint32_t every = w.home->kind->config.heartbeat_ms;
   if (!w.can_ping || every == 0) return;
   Worker* wp = &w;
   w.heartbeat.bind(loop_.timers(), [this, wp] { heartbeat_due(*wp); });
@@ -34,18 +34,18 @@ void Manager::heartbeat_on_pong(Worker& w, const nlohmann::json& pong) {
   w.ping_waiting = 0;
   if (w.stopping) return w.heartbeat.cancel();
   // The next ping a heartbeat after this one was sent (at once if the answer took that long).
-  w.heartbeat.arm_at(w.ping_sent_ms + w.slot->kind->config.heartbeat_ms);
+  w.heartbeat.arm_at(w.ping_sent_ms + w.home->kind->config.heartbeat_ms);
 }
 
 void Manager::heartbeat_due(Worker& w) {
-  // Its slot may be gone once it exited (it waits for deferred destruction); a link already
+  // Its home may be gone once it exited (it waits for deferred destruction); a link already
   // closed is the lost-link check's (on_link_check).
   if (w.exited || w.stopping || !w.control) return;
-  const uint32_t every = w.slot->kind->config.heartbeat_ms;
+  const uint32_t every = w.home->kind->config.heartbeat_ms;
   const uint64_t now = loop_.now();
   if (w.ping_waiting != 0) {
     log_.warn("worker_unresponsive", "address=\"{}\" pid={} ping={} waited_ms={} heartbeat_ms={}",
-              w.slot->address, w.pid, w.ping_waiting, now - w.ping_sent_ms, every);
+              w.home->address, w.pid, w.ping_waiting, now - w.ping_sent_ms, every);
     w.ping_waiting = 0;
     return link_lost(w, "unresponsive",
                      public_error("The worker stopped answering.", "unresponsive"));

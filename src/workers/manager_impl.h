@@ -1,4 +1,4 @@
-// Internal to the workers component: the Manager's private types (a kind, an address's slot, a
+// Internal to the workers component: the Manager's private types (a kind, an address's home, a
 // worker process and its output readers) and the helpers the Manager's files share. The Manager is
 // split by job: manager.cc the lifecycle (start, messages, failure, idle, stop, close),
 // manager_config.cc the options' validation and the route patterns, manager_bounds.cc the bounds
@@ -8,8 +8,8 @@
 // address) and the reload state of each worker (Worker::version, reload_sent, reload_pending).
 // The heartbeat (issue 14) is in manager_heartbeat.cc; what holds a worker (its counts) is read in
 // manager_state.cc.
-// Warm spares (issue 14) are in manager_spares.cc: a kind's spares, each a Worker in a Slot of
-// its own that is in no map (Kind::spares), moved into the address's slot by a bind.
+// Warm spares (issue 14) are in manager_spares.cc: a kind's spares, each a Worker in a Home of
+// its own that is in no map (Kind::spares), moved into the address's home by a bind.
 #pragma once
 
 #include <sys/types.h>
@@ -39,7 +39,7 @@ namespace detail {
 // File names for an address (core::bounded_file_name): a lock's is the same in every manager on
 // the state directory whatever its path is spelled like, a socket's fits sun_path.
 constexpr size_t kMaxLockName = 200;
-// What a start refused by the bounds tells the client: try again in a second (a worker slot frees
+// What a start refused by the bounds tells the client: try again in a second (a worker place frees
 // as soon as one of the running workers goes idle or exits).
 constexpr uint32_t kRetryAfterS = 1;
 
@@ -92,11 +92,11 @@ struct Manager::Kind {
   KindConfig config;  // config.code: the current set (replaced by a rollout)
   size_t index = 0;   // in kinds_ (and live_by_kind_); its routes' id in router_
   std::unique_ptr<Rollout> rollout;
-  // Warm spares (manager_spares.cc): the spares' slots (each holds its Worker, and its
+  // Warm spares (manager_spares.cc): the spares' homes (each holds its Worker, and its
   // spare_id), oldest first; the crash-loop backoff of a spare that exits unasked (0: none),
   // no launch before spare_retry_at; the last bind (a refill waits a little for its `ready`);
   // spare_timer runs the next fill at the end of a backoff or a hold.
-  std::list<std::unique_ptr<Slot>> spares;
+  std::list<std::unique_ptr<Home>> spares;
   uint32_t spare_backoff_ms = 0;
   uint64_t spare_retry_at = 0;
   uint64_t bound_at = 0;
@@ -116,7 +116,7 @@ struct Manager::OutputReader final : core::IoHandler {
   int64_t partial_ms = 0;  // the wall clock time of the partial line's first byte
 
   // Not after the worker's exit: an event of the same epoll round as its pidfd's may still come,
-  // and its slot may be gone by then.
+  // and its home may be gone by then.
   void on_io(uint32_t) override;
   // One read; false once the pipe is at EOF (and closed).
   bool read_some();
@@ -134,7 +134,7 @@ struct Manager::Worker final : core::IoHandler {
     }
   };
 
-  Worker(Manager& manager, Slot& s) : m(manager), slot(&s) {
+  Worker(Manager& manager, Home& s) : m(manager), home(&s) {
     control_handler.w = this;
     for (auto* r : {&out, &err}) {
       r->m = &manager;
@@ -147,8 +147,8 @@ struct Manager::Worker final : core::IoHandler {
   }
 
   Manager& m;
-  Slot* slot;
-  // Reaped: it waits for the loop's deferred destruction, and its slot may already be gone (the
+  Home* home;
+  // Reaped: it waits for the loop's deferred destruction, and its home may already be gone (the
   // events of its descriptors still queued in this epoll round are ignored).
   bool exited = false;
   pid_t pid = 0;
@@ -170,11 +170,11 @@ struct Manager::Worker final : core::IoHandler {
   uint64_t start_ms = 0;         // loop time of its `start` (begin_start)
   bool served = false;           // reported busy at least once since `ready`
   bool counts_starting = false;  // counted in starting_ (until `ready` or the exit)
-  Slot* claimed_by = nullptr;    // a queued start waiting for this worker's exit
+  Home* claimed_by = nullptr;    // a queued start waiting for this worker's exit
   bool stopping = false;
   bool stop_after_started = false;  // a stop asked during the start runs at `started`
-  // A warm spare (manager_spares.cc): launched without an address, in a spare slot until a bind
-  // moves it to an address's slot (then an ordinary starting worker, from_spare).
+  // A warm spare (manager_spares.cc): launched without an address, in a spare home until a bind
+  // moves it to an address's home (then an ordinary starting worker, from_spare).
   bool spare = false;
   bool standby = false;  // its `standby` came: its own setup is done
   bool from_spare = false;
@@ -182,8 +182,8 @@ struct Manager::Worker final : core::IoHandler {
   std::string failure_log;                // the full error, logged at the exit with the stderr tail
   // Its code (issue 13): the version it runs ("" for a kind without code), from its `start` and
   // then from each successful `reloaded`; whether its `ready` said `reload: true`; the reload in
-  // flight (one at a time; its reply frees the slot even after its rollout gave up on it) and
-  // the newest set waiting for that reply.
+  // flight (one at a time; its reply frees the worker for the next reload even after its rollout
+  // gave up on it) and the newest set waiting for that reply.
   std::string version;
   bool can_reload = false;
   uint64_t reload_ids = 0;  // the last reload id sent (ids start at 1)
@@ -210,7 +210,10 @@ struct Manager::Worker final : core::IoHandler {
   time_t idle_since_wall = 0;
 };
 
-struct Manager::Slot {
+// An address's home in the manager: its socket, its live worker, the requests waiting for it, its
+// queued start, its failure. ("Slot", in corral, is only a fan-out server process's place:
+// fanout/supervisor.h.)
+struct Manager::Home {
   std::string address;
   const Kind* kind = nullptr;
   std::string socket_path;
@@ -219,7 +222,7 @@ struct Manager::Slot {
   std::vector<ResolveCallback> waiters;  // for the current start, or for the queued one
   bool start_queued = false;             // a start waits for the current worker's exit
   bool queued = false;                   // in queue_: a start waits for the bounds
-  std::list<Slot*>::iterator queue_pos;  // where, when queued
+  std::list<Home*>::iterator queue_pos;  // where, when queued
   uint64_t queued_ms = 0;
   time_t queued_at = 0;
   Worker* awaiting = nullptr;  // the stopping worker whose exit makes room for this start
@@ -228,7 +231,7 @@ struct Manager::Slot {
   bool suspended = false;
   std::string tail;  // the last stderr bytes
   nlohmann::json last_emitted;
-  uint64_t spare_id = 0;  // a spare's slot: its number; its address is "spare/<kind>/<n>" (logs)
+  uint64_t spare_id = 0;  // a spare's home: its number; its address is "spare/<kind>/<n>" (logs)
   // A spare bound for this start died before `started`: the start was made again (once, until
   // a worker of the address is ready).
   bool spare_lost = false;

@@ -3,7 +3,7 @@
 // another set brought to it, in place (`reload`/`reloaded`, one in flight per worker) or by
 // replacement (stopped, and started again at once on the new set while its requests wait). The
 // lifecycle in manager.cc calls the rollout_on_* hooks at a worker's `ready`, `reloaded`, exit,
-// failure and lost link, at a slot's end and at close; each settles the worker's entry, and the
+// failure and lost link, at a home's end and at close; each settles the worker's entry, and the
 // last one settled reports.
 #include "core/escape.h"
 #include "workers/control_codec.h"
@@ -41,23 +41,23 @@ bool Manager::rollout(const std::string& kind_name, CodeSet set, RolloutCallback
   // 2. The failures recorded before this call, cleared as retry() does: their next request
   // starts them on the new set (a failed address has no waiters: resolve() refuses at once).
   std::vector<std::string> cleared;
-  for (auto& [address, slot] : slots_) {
-    if (slot->kind != kind || slot->failed.is_null()) continue;
-    slot->failed = nullptr;
+  for (auto& [address, home] : homes_) {
+    if (home->kind != kind || home->failed.is_null()) continue;
+    home->failed = nullptr;
     recoveries_.erase(address);
     r.report.cleared.push_back(core::wire_encode(address));
     cleared.push_back(address);
   }
   for (const auto& address : cleared) {
     log_.info("worker_retry", "address=\"{}\" by=rollout", address);
-    if (Slot* slot = find(address)) settle(*slot);
+    if (Home* home = find(address)) settle(*home);
   }
 
   // 3. Every live worker whose set (or the one it is being brought to) is another.
   std::vector<std::string> stale;
-  for (auto& [address, slot] : slots_) {
-    Worker* w = slot->worker.get();
-    if (slot->kind != kind || !w || w->stopping) continue;
+  for (auto& [address, home] : homes_) {
+    Worker* w = home->worker.get();
+    if (home->kind != kind || !w || w->stopping) continue;
     const std::string& target = w->reload_pending ? w->reload_pending->version
                                 : w->reload_sent  ? w->reload_sent->version
                                                   : w->version;
@@ -81,9 +81,9 @@ bool Manager::rollout(const std::string& kind_name, CodeSet set, RolloutCallback
             short_version(r.set.version), short_version(r.report.previous), stale.size(),
             cleared.size());
   for (const auto& address : stale) {
-    Slot* slot = find(address);
+    Home* home = find(address);
     auto it = r.entries.find(address);
-    if (slot && slot->worker && it != r.entries.end()) rollout_bring(*slot->worker, r, *it->second);
+    if (home && home->worker && it != r.entries.end()) rollout_bring(*home->worker, r, *it->second);
   }
   r.setting_up = false;
   if (r.entries.empty()) rollout_finish(*kind);
@@ -92,7 +92,7 @@ bool Manager::rollout(const std::string& kind_name, CodeSet set, RolloutCallback
 
 void Manager::rollout_bring(Worker& w, Rollout& r, RolloutEntry& e) {
   using Reload = KindConfig::Reload;
-  const Reload mode = w.slot->kind->config.reload;
+  const Reload mode = w.home->kind->config.reload;
   if (mode == Reload::automatic && !w.ready) return;  // undecided until its `ready`
   if (mode == Reload::in_place || (mode == Reload::automatic && w.can_reload)) {
     e.phase = RolloutEntry::Phase::reloading;
@@ -118,10 +118,10 @@ void Manager::rollout_reload(Worker& w, const CodeSet& set) {
     return;
   }
   // No link (its loss or its exit settles the entry too) or a full socket: this reload is lost.
-  Kind& kind = *kinds_[w.slot->kind->index];
-  RolloutEntry* e = rollout_entry(*w.slot);
+  Kind& kind = *kinds_[w.home->kind->index];
+  RolloutEntry* e = rollout_entry(*w.home);
   if (e && e->phase == RolloutEntry::Phase::reloading && kind.rollout->set.version == set.version)
-    rollout_settle(kind, w.slot->address,
+    rollout_settle(kind, w.home->address,
                    {{"error", public_error("The reload could not be sent.", "link_lost")}});
 }
 
@@ -133,8 +133,8 @@ void Manager::rollout_replace(Worker& w, RolloutEntry& e) {
   // fixed timeout would allow, while every one of them progresses.
   e.timeout.cancel();
   if (w.stop_after_started) return;  // a stop was asked already: it settles `stopped`
-  Slot& slot = *w.slot;
-  slot.start_queued = true;  // requests that come meanwhile wait for the new worker
+  Home& home = *w.home;
+  home.start_queued = true;  // requests that come meanwhile wait for the new worker
   if (!w.started) {
     w.stop_after_started = true;  // as a stop during a start: at `started`
     w.stop_reason = "rollout";
@@ -143,46 +143,47 @@ void Manager::rollout_replace(Worker& w, RolloutEntry& e) {
   begin_stop(w, "rollout");
 }
 
-Manager::RolloutEntry* Manager::rollout_entry(const Slot& slot) const {
-  const Rollout* r = kinds_[slot.kind->index]->rollout.get();
+Manager::RolloutEntry* Manager::rollout_entry(const Home& home) const {
+  const Rollout* r = kinds_[home.kind->index]->rollout.get();
   if (!r) return nullptr;
-  auto it = r->entries.find(slot.address);
+  auto it = r->entries.find(home.address);
   return it == r->entries.end() ? nullptr : it->second.get();
 }
 
-void Manager::rollout_on_start(Slot& slot) {
-  RolloutEntry* e = rollout_entry(slot);
+void Manager::rollout_on_start(Home& home) {
+  RolloutEntry* e = rollout_entry(home);
   if (!e || e->phase != RolloutEntry::Phase::replacing_new) return;
-  const KindConfig& cfg = slot.kind->config;
+  const KindConfig& cfg = home.kind->config;
   e->timeout.arm_after(uint64_t{cfg.start_timeout_ms} + cfg.reload_timeout_ms);
 }
 
 void Manager::rollout_on_ready(Worker& w) {
-  Slot& slot = *w.slot;
-  RolloutEntry* e = rollout_entry(slot);
+  Home& home = *w.home;
+  RolloutEntry* e = rollout_entry(home);
   if (!e) return;
-  Kind& kind = *kinds_[slot.kind->index];
+  Kind& kind = *kinds_[home.kind->index];
   if (e->phase == RolloutEntry::Phase::replacing_new) {
-    rollout_settle(kind, slot.address, {{"report", {{"restarted", true}}}});
+    rollout_settle(kind, home.address, {{"report", {{"restarted", true}}}});
   } else if (e->phase == RolloutEntry::Phase::undecided) {
     rollout_bring(w, *kind.rollout, *e);  // automatic: now it is known whether it can reload
   }
 }
 
 void Manager::rollout_on_reloaded(Worker& w, const nlohmann::json& msg) {
-  Slot& slot = *w.slot;
+  Home& home = *w.home;
   auto id = msg.find("id");
   if (!w.reload_sent || id == msg.end() || !id->is_number_unsigned() ||
       id->get<uint64_t>() != w.reload_sent->id) {
     log_.warn("worker_protocol_error", "address=\"{}\" error=\"a `reloaded` for no reload sent\"",
-              slot.address);
+              home.address);
     return;
   }
   Worker::SentReload sent = std::move(*w.reload_sent);
   w.reload_sent.reset();
-  Kind& kind = *kinds_[slot.kind->index];
-  RolloutEntry* e = rollout_entry(slot);
-  // The caller still waits (else a late reply: it only frees the slot and sets the version).
+  Kind& kind = *kinds_[home.kind->index];
+  RolloutEntry* e = rollout_entry(home);
+  // The caller still waits (else a late reply: it only frees the worker for the next reload and
+  // sets the version).
   bool waited =
       e && e->phase == RolloutEntry::Phase::reloading && kind.rollout->set.version == sent.version;
   nlohmann::json result;
@@ -191,17 +192,17 @@ void Manager::rollout_on_reloaded(Worker& w, const nlohmann::json& msg) {
     result = {{"error", sanitize_error(*error)}};
     if (!waited)  // a waited-for one is logged as it settles
       log_.warn("worker_reload_failed", "address=\"{}\" version={} error={} late=true",
-                slot.address, short_version(sent.version), log_json(result["error"]));
+                home.address, short_version(sent.version), log_json(result["error"]));
   } else {
     w.version = sent.version;
     auto report = msg.find("report");
     result = {
         {"report", report == msg.end() || report->is_null() ? nlohmann::json::object() : *report}};
-    log_.info("worker_reloaded", "address=\"{}\" version={}{}", slot.address,
+    log_.info("worker_reloaded", "address=\"{}\" version={}{}", home.address,
               short_version(sent.version), waited ? "" : " late=true");
-    changed(slot);  // its entry's version
+    changed(home);  // its entry's version
   }
-  if (waited) rollout_settle(kind, slot.address, std::move(result));
+  if (waited) rollout_settle(kind, home.address, std::move(result));
   if (w.reload_pending) {
     CodeSet next = std::move(*w.reload_pending);
     w.reload_pending.reset();
@@ -209,44 +210,44 @@ void Manager::rollout_on_reloaded(Worker& w, const nlohmann::json& msg) {
   }
 }
 
-bool Manager::rollout_on_exit(Slot& slot, bool crashed) {
-  RolloutEntry* e = rollout_entry(slot);
+bool Manager::rollout_on_exit(Home& home, bool crashed) {
+  RolloutEntry* e = rollout_entry(home);
   if (!e) return false;
-  Kind& kind = *kinds_[slot.kind->index];
+  Kind& kind = *kinds_[home.kind->index];
   if (crashed) {  // fail() settled it already; this is for an exit it did not see
-    rollout_settle(kind, slot.address,
-                   {{"error", slot.failed.is_null()
+    rollout_settle(kind, home.address,
+                   {{"error", home.failed.is_null()
                                   ? public_error("The worker exited unexpectedly.", "worker_exited")
-                                  : slot.failed}});
+                                  : home.failed}});
     return false;
   }
-  if (e->phase == RolloutEntry::Phase::replacing_old && slot.start_queued && !closing_ &&
-      !slot.suspended) {
+  if (e->phase == RolloutEntry::Phase::replacing_old && home.start_queued && !closing_ &&
+      !home.suspended) {
     e->phase = RolloutEntry::Phase::replacing_new;
     return true;
   }
   // Stopped cleanly (idle, stop, eviction; or its replacement was cancelled): its next start
   // gets the new set.
-  rollout_settle(kind, slot.address, {{"stopped", true}});
+  rollout_settle(kind, home.address, {{"stopped", true}});
   return false;
 }
 
-void Manager::rollout_on_failed(Slot& slot) {
-  if (rollout_entry(slot))
-    rollout_settle(*kinds_[slot.kind->index], slot.address, {{"error", slot.failed}});
+void Manager::rollout_on_failed(Home& home) {
+  if (rollout_entry(home))
+    rollout_settle(*kinds_[home.kind->index], home.address, {{"error", home.failed}});
 }
 
-void Manager::rollout_on_link_lost(Slot& slot) {
-  if (rollout_entry(slot))
-    rollout_settle(*kinds_[slot.kind->index], slot.address,
+void Manager::rollout_on_link_lost(Home& home) {
+  if (rollout_entry(home))
+    rollout_settle(*kinds_[home.kind->index], home.address,
                    {{"error", public_error("The worker lost its link.", "link_lost")}});
 }
 
 // No worker, start or waiter is left at the address (a replacement start refused by the bounds,
 // or cancelled): nothing is wrong there, its next start gets the new set.
-void Manager::rollout_on_gone(Slot& slot) {
-  if (rollout_entry(slot))
-    rollout_settle(*kinds_[slot.kind->index], slot.address, {{"stopped", true}});
+void Manager::rollout_on_gone(Home& home) {
+  if (rollout_entry(home))
+    rollout_settle(*kinds_[home.kind->index], home.address, {{"stopped", true}});
 }
 
 // Every worker is being stopped and no start will run: what is left settles `stopped` now.
@@ -305,9 +306,9 @@ nlohmann::json Manager::kinds_state() const {
   for (const auto& kind : kinds_) {
     const auto& code = kind->config.code;
     size_t live = 0, stale = 0;
-    for (const auto& [address, slot] : slots_) {
-      const Worker* w = slot->worker.get();
-      if (slot->kind != kind.get() || !w || w->stopping) continue;
+    for (const auto& [address, home] : homes_) {
+      const Worker* w = home->worker.get();
+      if (home->kind != kind.get() || !w || w->stopping) continue;
       ++live;
       if (w->version != (code ? code->version : std::string())) ++stale;
     }
@@ -323,9 +324,9 @@ nlohmann::json Manager::kinds_state() const {
 
 std::set<std::string> Manager::versions_in_use(const std::string& kind) const {
   std::set<std::string> out;
-  for (const auto& [address, slot] : slots_) {
-    const Worker* w = slot->worker.get();
-    if (!w || slot->kind->config.name != kind) continue;
+  for (const auto& [address, home] : homes_) {
+    const Worker* w = home->worker.get();
+    if (!w || home->kind->config.name != kind) continue;
     // Stopping ones too (they still run their code), and the sets a reload is bringing it to.
     if (!w->version.empty()) out.insert(w->version);
     if (w->reload_sent) out.insert(w->reload_sent->version);

@@ -1,7 +1,7 @@
 // The Manager's warm spares (workers/manager.h, "spares"; issue 14): a kind's `spares` processes
 // launched without an address and waiting for `start`, bound by the next starts of the kind
-// instead of a fork. A spare is a Worker in a Slot of its own (Kind::spares, in no map, so the
-// lifecycle's walks over slots_ never see it); the lifecycle in manager.cc hands a spare's
+// instead of a fork. A spare is a Worker in a Home of its own (Kind::spares, in no map, so the
+// lifecycle's walks over homes_ never see it); the lifecycle in manager.cc hands a spare's
 // messages, lost link and exit here, the bounds (manager_bounds.cc) bind one before they look for
 // room and stop one before they evict a worker, and every pump() ends with a fill.
 #include <signal.h>
@@ -89,10 +89,10 @@ void Manager::spares_fill() {
     if (now < kind.spare_retry_at) continue;  // backing off; its timer comes back
     if (now - kind.bound_at < kSpareHoldMs) {
       bool bound_starting = false;
-      for (const auto& [address, slot] : slots_) {
-        const Worker* w = slot->worker.get();
+      for (const auto& [address, home] : homes_) {
+        const Worker* w = home->worker.get();
         bound_starting =
-            bound_starting || (slot->kind == &kind && w && w->from_spare && w->counts_starting);
+            bound_starting || (home->kind == &kind && w && w->from_spare && w->counts_starting);
       }
       if (bound_starting) continue;  // its `ready` (or the hold's timer) comes back
     }
@@ -112,7 +112,7 @@ void Manager::spares_fill() {
 
 bool Manager::spare_launch(Kind& kind) {
   const KindConfig& cfg = kind.config;
-  auto s = std::make_unique<Slot>();
+  auto s = std::make_unique<Home>();
   s->kind = &kind;
   s->spare_id = ++next_spare_;
   s->address = spare_key(cfg.name, s->spare_id);
@@ -165,36 +165,36 @@ Manager::Worker* Manager::spare_for(const Kind& kind) {
   return warming;
 }
 
-void Manager::spare_bind(Slot& slot, Worker& w) {
-  Kind& kind = *kinds_[slot.kind->index];
-  auto data = start_data(slot);
-  if (!data) return;  // the slot failed; the spare stays for the next start
+void Manager::spare_bind(Home& home, Worker& w) {
+  Kind& kind = *kinds_[home.kind->index];
+  auto data = start_data(home);
+  if (!data) return;  // the home failed; the spare stays for the next start
   auto it = std::find_if(kind.spares.begin(), kind.spares.end(),
                          [&w](const auto& s) { return s->worker.get() == &w; });
   if (it == kind.spares.end()) return;  // cannot happen: spare_for found it there
-  std::unique_ptr<Slot> spare = std::move(*it);
+  std::unique_ptr<Home> spare = std::move(*it);
   kind.spares.erase(it);
-  std::string path = socket_path_for(slot.address);
+  std::string path = socket_path_for(home.address);
   // rename(2) moves the name, not the socket: the spare's listening socket (bound to the old
   // name) is what a connect to the new path reaches, and the inode is the same.
   if (::rename(spare->socket_path.c_str(), path.c_str()) < 0) {
     std::string why = fmt::format("rename of the spare's socket to {}: {}", path, strerror(errno));
     kind.spares.push_front(std::move(spare));
     spare_stop(w, "bind_failed");
-    return fail(slot, public_error("The worker could not be started.", "start_failed"), why);
+    return fail(home, public_error("The worker could not be started.", "start_failed"), why);
   }
-  slot.socket_path = std::move(path);
-  slot.socket_inode = spare->socket_inode;
-  slot.tail = std::move(spare->tail);
-  slot.worker = std::move(spare->worker);
-  w.slot = &slot;
+  home.socket_path = std::move(path);
+  home.socket_inode = spare->socket_inode;
+  home.tail = std::move(spare->tail);
+  home.worker = std::move(spare->worker);
+  w.home = &home;
   w.spare = false;
   w.from_spare = true;
   kind.spare_backoff_ms = 0;
   kind.spare_retry_at = 0;
   kind.bound_at = loop_.now();
   kind.spare_timer.arm_after(kSpareHoldMs);
-  log_.info("worker_spare_bound", "address=\"{}\" kind={} spare={} pid={} standby={}", slot.address,
+  log_.info("worker_spare_bound", "address=\"{}\" kind={} spare={} pid={} standby={}", home.address,
             kind.config.name, spare->spare_id, w.pid, w.standby);
   begin_start(w, std::move(*data));
 }
@@ -219,11 +219,11 @@ Manager::Worker* Manager::spare_room(const Kind* kind) {
 void Manager::spare_stop(Worker& w, std::string_view why) {
   if (w.stopping) return;
   w.stopping = true;
-  log_.info("worker_spare_stopping", "kind={} spare={} pid={} reason={}", w.slot->kind->config.name,
-            w.slot->spare_id, w.pid, why);
-  remove_socket(*w.slot);
+  log_.info("worker_spare_stopping", "kind={} spare={} pid={} reason={}", w.home->kind->config.name,
+            w.home->spare_id, w.pid, why);
+  remove_socket(*w.home);
   if (!send(w, control::shutdown())) signal(w, SIGTERM);
-  w.kill_timer.arm_after(w.slot->kind->config.stop_grace_ms);
+  w.kill_timer.arm_after(w.home->kind->config.stop_grace_ms);
 }
 
 void Manager::spare_on_message(Worker& w, const nlohmann::json& msg) {
@@ -231,22 +231,22 @@ void Manager::spare_on_message(Worker& w, const nlohmann::json& msg) {
   if (type == "standby") {
     if (w.standby) return;
     w.standby = true;
-    log_.info("worker_spare_standby", "kind={} spare={} pid={}", w.slot->kind->config.name,
-              w.slot->spare_id, w.pid);
+    log_.info("worker_spare_standby", "kind={} spare={} pid={}", w.home->kind->config.name,
+              w.home->spare_id, w.pid);
     spares_schedule();  // it no longer takes a start place
   } else if (type == "fatal") {
-    log_.warn("worker_spare_fatal", "kind={} spare={} pid={} error={}", w.slot->kind->config.name,
-              w.slot->spare_id, w.pid, log_json(msg));
+    log_.warn("worker_spare_fatal", "kind={} spare={} pid={} error={}", w.home->kind->config.name,
+              w.home->spare_id, w.pid, log_json(msg));
     // It exits by itself; its exit is a spare's failure (the backoff).
   } else if (type == "started" || type == "ready" || type == "idle" || type == "reloaded") {
     log_.warn("worker_protocol_error", "kind={} spare={} error=\"`{}` from a spare\"",
-              w.slot->kind->config.name, w.slot->spare_id, type);
+              w.home->kind->config.name, w.home->spare_id, type);
   }
   // Unknown types are ignored (forward compatibility).
 }
 
 void Manager::spare_on_exit(Worker& w) {
-  Slot& spare = *w.slot;
+  Home& spare = *w.home;
   Kind& kind = *kinds_[spare.kind->index];
   // Its group killed and reaped, its containment group gone (as on_exit).
   std::optional<WorkerExit> exit = launcher_->reap(w.pid, w.pidfd.get());
@@ -265,7 +265,7 @@ void Manager::spare_on_exit(Worker& w) {
   remove_socket(spare);
   --workers_live_;
   --live_by_kind_[kind.index];
-  if (Slot* claimer = std::exchange(w.claimed_by, nullptr)) {  // its room is there now
+  if (Home* claimer = std::exchange(w.claimed_by, nullptr)) {  // its room is there now
     claimer->awaiting = nullptr;
     --awaiting_exit_;
   }
@@ -286,7 +286,7 @@ void Manager::spare_on_exit(Worker& w) {
   auto it = std::find_if(kind.spares.begin(), kind.spares.end(),
                          [&spare](const auto& s) { return s.get() == &spare; });
   if (it != kind.spares.end()) {
-    std::unique_ptr<Slot> owned = std::move(*it);
+    std::unique_ptr<Home> owned = std::move(*it);
     kind.spares.erase(it);
     loop_.destroy_later(std::move(owned->worker));  // events of this round may still name it
   }
@@ -295,7 +295,7 @@ void Manager::spare_on_exit(Worker& w) {
   // spare's is not (it must not hold off the start_limit of starts that do not move).
   if (asked) progress_ms_ = loop_.now();
   sweep_orphans();  // what it left outside its group
-  pump();           // a worker slot is free
+  pump();           // a worker place is free
 }
 
 void Manager::spares_on_close() {

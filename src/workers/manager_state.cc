@@ -39,7 +39,7 @@ void Manager::add_why_alive(const Worker& w, nlohmann::json& e) const {
     e["idle_stop_at"] = nullptr;
     return;
   }
-  const uint32_t idle_ms = w.slot->kind->config.idle_ms;
+  const uint32_t idle_ms = w.home->kind->config.idle_ms;
   e["idle_since"] = iso8601(w.idle_since_wall);
   e["idle_stop_at"] = iso8601(w.idle_since_wall + static_cast<time_t>((idle_ms + 999) / 1000));
   if (loop_.now() - w.idle_since >= idle_ms && connection_waiting(w))
@@ -47,42 +47,42 @@ void Manager::add_why_alive(const Worker& w, nlohmann::json& e) const {
 }
 
 nlohmann::json Manager::entry(const std::string& address) const {
-  const Slot* slot = find(address);
-  return slot ? entry_of(*slot) : nlohmann::json();
+  const Home* home = find(address);
+  return home ? entry_of(*home) : nlohmann::json();
 }
 
-// The `status` of the slot's entry; "" when it has none.
-std::string_view Manager::status_of(const Slot& slot) {
-  if (!slot.failed.is_null()) return "failed";
-  if (const Worker* w = slot.worker.get())
+// The `status` of the home's entry; "" when it has none.
+std::string_view Manager::status_of(const Home& home) {
+  if (!home.failed.is_null()) return "failed";
+  if (const Worker* w = home.worker.get())
     return w->stopping ? "stopping" : w->ready ? "running" : "starting";
-  if (slot.queued) return "queued";
-  if (slot.suspended) return "suspended";
+  if (home.queued) return "queued";
+  if (home.suspended) return "suspended";
   return "";
 }
 
-nlohmann::json Manager::entry_of(const Slot& slot) const {
+nlohmann::json Manager::entry_of(const Home& home) const {
   nlohmann::json e;
-  if (!slot.failed.is_null()) {
-    e = {{"status", "failed"}, {"error", slot.failed}, {"at", iso8601(slot.failed_at)}};
-    if (slot.kind) e["log"] = options_.state_dir + "/logs/" + slot.kind->config.name + ".log";
-  } else if (const Worker* w = slot.worker.get()) {
-    e = {{"status", status_of(slot)}, {"pid", w->pid}, {"startedAt", iso8601(w->started_at)}};
+  if (!home.failed.is_null()) {
+    e = {{"status", "failed"}, {"error", home.failed}, {"at", iso8601(home.failed_at)}};
+    if (home.kind) e["log"] = options_.state_dir + "/logs/" + home.kind->config.name + ".log";
+  } else if (const Worker* w = home.worker.get()) {
+    e = {{"status", status_of(home)}, {"pid", w->pid}, {"startedAt", iso8601(w->started_at)}};
     if (!w->version.empty()) e["version"] = w->version;
     if (w->ready && !w->stopping) add_why_alive(*w, e);
-  } else if (slot.queued) {
-    e = {{"status", "queued"}, {"queuedAt", iso8601(slot.queued_at)}};
-  } else if (slot.suspended) {
+  } else if (home.queued) {
+    e = {{"status", "queued"}, {"queuedAt", iso8601(home.queued_at)}};
+  } else if (home.suspended) {
     e = {{"status", "suspended"}};
   }
-  if (slot.suspended) e["suspended"] = true;
+  if (home.suspended) e["suspended"] = true;
   return e;
 }
 
 nlohmann::json Manager::state() const {
   nlohmann::json out = nlohmann::json::object();
-  for (const auto& [address, slot] : slots_) {
-    auto e = entry_of(*slot);
+  for (const auto& [address, home] : homes_) {
+    auto e = entry_of(*home);
     if (!e.is_null()) out[core::wire_encode(address)] = std::move(e);
   }
   return out;
@@ -113,16 +113,16 @@ std::vector<Manager::KindSummary> Manager::kind_summaries() const {
     for (size_t i = 0; i < ring.size(); ++i)
       k.start_ms.push_back(ring[(kind->start_latency_next + i) % ring.size()]);
   }
-  for (const auto& [address, slot] : slots_) {
-    KindSummary& k = out[slot->kind->index];
-    const Worker* w = slot->worker.get();
-    std::string_view status = status_of(*slot);
+  for (const auto& [address, home] : homes_) {
+    KindSummary& k = out[home->kind->index];
+    const Worker* w = home->worker.get();
+    std::string_view status = status_of(*home);
     if (status == "starting") ++k.starting;
     if (status == "running") ++k.running;
     if (status == "stopping") ++k.stopping;
     if (status == "queued") ++k.queued;
     if (status == "failed") ++k.failed;
-    if (slot->suspended) ++k.suspended;
+    if (home->suspended) ++k.suspended;
     if (w) ++k.live;
     if (w && !w->stopping && w->version != k.version) ++k.stale;
   }
@@ -134,22 +134,22 @@ void Manager::visit_counters(const CountersVisitor& visit) const {
 }
 
 void Manager::visit_addresses(const AddressVisitor& visit) const {
-  for (const auto& [address, slot] : slots_) {
-    std::string_view status = status_of(*slot);
-    if (!status.empty()) visit(address, slot->kind->config.name, status);
+  for (const auto& [address, home] : homes_) {
+    std::string_view status = status_of(*home);
+    if (!status.empty()) visit(address, home->kind->config.name, status);
   }
 }
 
 std::string Manager::stderr_tail(const std::string& address) const {
-  const Slot* slot = find(address);
-  return slot ? slot->tail : std::string();
+  const Home* home = find(address);
+  return home ? home->tail : std::string();
 }
 
-void Manager::changed(Slot& slot) {
-  nlohmann::json e = entry_of(slot);
-  if (e == slot.last_emitted) return;
-  slot.last_emitted = e;
-  emit(slot.address, e);
+void Manager::changed(Home& home) {
+  nlohmann::json e = entry_of(home);
+  if (e == home.last_emitted) return;
+  home.last_emitted = e;
+  emit(home.address, e);
 }
 
 void Manager::emit(const std::string& address, const nlohmann::json& e) {
@@ -163,14 +163,14 @@ void Manager::emit(const std::string& address, const nlohmann::json& e) {
   if (on_change) on_change(address, e);
 }
 
-void Manager::settle(Slot& slot) {
-  changed(slot);
-  if (slot.worker || !slot.waiters.empty() || slot.start_queued || slot.queued ||
-      !slot.failed.is_null() || slot.suspended)
+void Manager::settle(Home& home) {
+  changed(home);
+  if (home.worker || !home.waiters.empty() || home.start_queued || home.queued ||
+      !home.failed.is_null() || home.suspended)
     return;
-  rollout_on_gone(slot);
-  std::string key = slot.address;
-  slots_.erase(key);  // destroys `slot`; its last emitted entry was null
+  rollout_on_gone(home);
+  std::string key = home.address;
+  homes_.erase(key);  // destroys `home`; its last emitted entry was null
 }
 
 uint64_t Manager::watch(ChangeCallback cb) {
