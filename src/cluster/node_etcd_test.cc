@@ -2,7 +2,8 @@
 // by each test on free loopback ports with a scratch data directory and killed at its end. Every
 // wait is for an event (an answer, a watch event, a trust change), bounded by a deadline; no
 // outcome depends on how fast the machine is. Lease TTLs are 2 s, etcd's smallest with its default
-// election timeout, so that expiry tests stay short.
+// election timeout, where a test waits for expiry or renewal, so that it stays short; 10 s
+// elsewhere.
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -190,12 +191,14 @@ class EtcdTest : public ::testing::Test {
     });
   }
 
-  NodeOptions node_options(const std::string& id) {
+  // `ttl_s`: 2 where a test waits for a lease to expire or renew (etcd's smallest), else 10, so
+  // that a slow machine (a sanitized build, a loaded host) never costs a node its lease.
+  NodeOptions node_options(const std::string& id, int64_t ttl_s = 10) {
     NodeOptions o;
     o.name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
     o.node = id;
     o.advertise = "127.0.0.1:" + std::to_string(9000 + id.size());
-    o.ttl_s = 2;
+    o.ttl_s = ttl_s;
     o.retry_ms = 50;
     return o;
   }
@@ -318,7 +321,7 @@ TEST_F(EtcdTest, CallsAndWatchesFailOverPastADeadEndpoint) {
 
 TEST_F(EtcdTest, KeepAliveHoldsTheNodeKeyPastItsTtl) {
   NodeEvents ev;
-  Node node(*client_, node_options("a"), ev);
+  Node node(*client_, node_options("a", 2), ev);
   node.start();
   ASSERT_TRUE(run_until(loop_, [&] { return ev.trusted && ev.members.count("a"); }));
   uint64_t first = node.trusted_until();
@@ -394,7 +397,7 @@ TEST_F(EtcdTest, FencesIncreaseAcrossOwnersAndFailuresStick) {
 
 TEST_F(EtcdTest, ALeaseExpiryReleasesTheKeys) {
   NodeEvents ea, eb;
-  auto a = std::make_unique<Node>(*client_, node_options("a"), ea);
+  auto a = std::make_unique<Node>(*client_, node_options("a", 2), ea);
   Node b(*client_, node_options("b"), eb);
   a->start();
   b.start();
@@ -417,7 +420,7 @@ TEST_F(EtcdTest, ALeaseExpiryReleasesTheKeys) {
 
 TEST_F(EtcdTest, RecoversWhenEtcdRestarts) {
   NodeEvents ev;
-  Node node(*client_, node_options("a"), ev);
+  Node node(*client_, node_options("a", 2), ev);
   node.start();
   Recorder rec;
   auto watch = client_->watch({.key = "r/", .range_end = prefix_end("r/")}, rec);
